@@ -1,0 +1,21 @@
+# kgate: one campaign as a gated DAG. Logic lives in workflow/rules/common.smk and the kgate package.
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+configfile: "config/config.yaml"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/target.smk"
+include: "workflow/rules/baseline_tests.smk"
+include: "workflow/rules/fixture_freeze.smk"
+include: "workflow/rules/candidate_build.smk"
+include: "workflow/rules/candidate_gate.smk"
+include: "workflow/rules/report.smk"
+
+
+rule all:
+    input:
+        REPORT,

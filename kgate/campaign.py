@@ -1,0 +1,188 @@
+"""Campaign loading and validation.
+
+A campaign file is YAML validated against ``workflow/schemas/campaign.schema.yaml``
+(JSON Schema 2020-12, unknown keys rejected). Validation errors become one
+``ConfigError`` line naming the file, the key path and the problem, raised
+before any job starts. Defaults from the schema are filled in, so stages read
+one fully resolved mapping.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from kgate.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parent.parent
+SCHEMAS = ROOT / "workflow" / "schemas"
+
+
+def _load_yaml(path: Path) -> Any:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{path}:{where} is not valid YAML: {getattr(exc, 'problem', exc)}") from exc
+
+
+def schema(name: str) -> dict[str, Any]:
+    """Return the JSON schema ``workflow/schemas/<name>.schema.yaml``."""
+    return _load_yaml(SCHEMAS / f"{name}.schema.yaml")
+
+
+def _key_path(error: jsonschema.ValidationError) -> str:
+    parts = [str(p) for p in error.absolute_path]
+    return ".".join(parts) if parts else "<top level>"
+
+
+def _one_line(error: jsonschema.ValidationError) -> str:
+    """Turn the most specific schema error into a short human sentence."""
+    if error.validator == "additionalProperties":
+        extra = sorted(set(error.instance) - set(error.schema.get("properties", {})))
+        return f"unknown key(s) {', '.join(extra)} (allowed: {', '.join(sorted(error.schema.get('properties', {})))})"
+    if error.validator == "required":
+        return error.message.replace("is a required property", "is required")
+    if error.validator == "oneOf" and isinstance(error.instance, dict):
+        options = [s.get("required", ["?"])[0] for s in error.schema["oneOf"]]
+        given = [o for o in options if o in error.instance]
+        return f"needs exactly one of {', '.join(options)} (given: {', '.join(given) or 'none'})"
+    return error.message
+
+
+def validate(data: Any, schema_name: str, source: str) -> None:
+    """Validate ``data`` against a schema; raise one ``ConfigError`` line on failure."""
+    validator = jsonschema.Draft202012Validator(schema(schema_name))
+    errors = sorted(validator.iter_errors(data), key=lambda e: (len(list(e.absolute_path)), str(e.absolute_path)))
+    if errors:
+        best = jsonschema.exceptions.best_match(errors)
+        raise ConfigError(f"{source}: key '{_key_path(best)}': {_one_line(best)}")
+
+
+def _fill_defaults(node: Any, sch: dict[str, Any]) -> Any:
+    """Fill ``default`` values of object properties, recursively (schema-driven)."""
+    if not isinstance(node, dict) or sch.get("type") != "object":
+        return node
+    for key, sub in sch.get("properties", {}).items():
+        if key not in node and "default" in sub:
+            node[key] = copy.deepcopy(sub["default"])
+        elif key not in node and sub.get("type") == "object" and not sub.get("required"):
+            node[key] = {}
+        if key in node:
+            node[key] = _fill_defaults(node[key], sub)
+    return node
+
+
+@dataclass(frozen=True, slots=True)
+class CandidateSource:
+    """Where the candidate comes from: kind is overlay, ref or worktree."""
+
+    kind: str
+    value: str
+
+
+@dataclass(frozen=True, slots=True)
+class Campaign:
+    """A validated campaign with defaults filled in."""
+
+    name: str
+    path: Path
+    data: dict[str, Any]
+
+    @property
+    def target_kind(self) -> str:
+        return "repo" if "repo" in self.data["target"] else "pypi"
+
+    @property
+    def target_identity(self) -> str:
+        """``git:<sha>`` or ``pypi:<requirement>``: selects overlay variants."""
+        t = self.data["target"]
+        if "repo" in t:
+            return f"git:{t['repo']['baseline']}"
+        return f"pypi:{t['pypi']['requirement']}"
+
+    @property
+    def candidate_source(self) -> CandidateSource:
+        c = self.data["candidate"]
+        for kind in ("overlay", "ref", "worktree"):
+            if kind in c:
+                return CandidateSource(kind, c[kind])
+        raise ConfigError(f"{self.path}: key 'candidate': needs one of overlay, ref, worktree")
+
+    def section_hash(self, *keys: str) -> str:
+        """sha256 (16 hex) of the named top-level sections: a params value that
+        reruns a stage exactly when the part of the campaign it reads changes."""
+        blob = json.dumps({k: self.data.get(k) for k in keys}, sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def resolve_campaign_path(spec: str) -> Path:
+    """A campaign name under config/campaigns/ or a path to a YAML file."""
+    p = Path(spec).expanduser()
+    if p.suffix in (".yaml", ".yml"):
+        return p if p.is_absolute() else (Path.cwd() / p)
+    named = ROOT / "config" / "campaigns" / f"{spec}.yaml"
+    if not named.exists():
+        known = sorted(x.stem for x in (ROOT / "config" / "campaigns").glob("*.yaml"))
+        raise ConfigError(f"config key 'campaign': no campaign named '{spec}' (known: {', '.join(known)})")
+    return named
+
+
+def load(spec: str | Path, overrides: dict[str, Any] | None = None) -> Campaign:
+    """Load, apply overrides (target_path, candidate), validate, fill defaults."""
+    path = resolve_campaign_path(str(spec))
+    data = _load_yaml(path)
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a campaign must be a mapping")
+    overrides = overrides or {}
+    if overrides.get("target_path"):
+        repo = data.get("target", {}).get("repo")
+        if not isinstance(repo, dict):
+            raise ConfigError(f"config key 'target_path': campaign {path.name} has no target.repo to override")
+        repo["path"] = overrides["target_path"]
+    if overrides.get("candidate"):
+        kind, sep, value = str(overrides["candidate"]).partition(":")
+        if not sep or kind not in ("overlay", "ref", "worktree") or not value:
+            raise ConfigError("config key 'candidate': expected overlay:<folder>, ref:<git ref> or worktree:<path>")
+        cand = data.setdefault("candidate", {})
+        for k in ("overlay", "ref", "worktree"):
+            cand.pop(k, None)
+        cand[kind] = value
+    validate(data, "campaign", str(path))
+    data = _fill_defaults(data, schema("campaign"))
+    if path.stem != data["name"]:
+        raise ConfigError(f"{path}: key 'name': '{data['name']}' must equal the file name '{path.stem}'")
+    _check_paths(data, path)
+    return Campaign(name=data["name"], path=path, data=data)
+
+
+def _check_paths(data: dict[str, Any], path: Path) -> None:
+    """Semantic checks the schema cannot express; each names its key."""
+    def kgate_path(key: str, value: str, want_dir: bool) -> None:
+        p = ROOT / value
+        ok = p.is_dir() if want_dir else p.is_file()
+        if not ok:
+            raise ConfigError(f"{path}: key '{key}': {'folder' if want_dir else 'file'} '{value}' does not exist")
+
+    kgate_path("fixture.overlay", data["fixture"]["overlay"], True)
+    if "overlay" in data["candidate"]:
+        kgate_path("candidate.overlay", data["candidate"]["overlay"], True)
+    if data["gate"].get("cpu_setup"):
+        kgate_path("gate.cpu_setup", data["gate"]["cpu_setup"], False)
+    pypi = data["target"].get("pypi")
+    if pypi and pypi.get("gate_suite"):
+        kgate_path("target.pypi.gate_suite", pypi["gate_suite"], True)
+    if "ref" in data["candidate"] and "repo" not in data["target"]:
+        raise ConfigError(f"{path}: key 'candidate.ref': a git ref candidate needs a target.repo")

@@ -1,0 +1,98 @@
+"""Candidate identity and materialization.
+
+A candidate comes from an overlay folder under kernels/, a git ref of the
+user's clone, or the uncommitted state of a checkout. Its identity is a
+content hash (12 hex digits of sha256): of the overlay's manifest and files,
+or of the diff against the baseline (plus untracked files). The hash is
+computed every time the DAG is built (cheap: reads only), so any edit yields
+a new id and reruns exactly the candidate stages; reading never writes into
+the user's repository.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from kgate import gitops, overlay
+from kgate.campaign import ROOT, Campaign
+from kgate.errors import ConfigError
+
+
+@dataclass(frozen=True, slots=True)
+class Materialized:
+    """What was applied to the candidate worktree."""
+
+    kind: str
+    source: str
+    touched: list[str]
+
+
+def _user_path(value: str) -> Path:
+    p = Path(value).expanduser()
+    return p if p.is_absolute() else (ROOT / p)
+
+
+def _diff_against(path: Path, base: str, tip: str | None) -> tuple[str, list[str]]:
+    """(patch, untracked files) of ``path`` relative to ``base``; tip None = working tree."""
+    if gitops.git("cat-file", "-t", base, cwd=path, check=False).strip() != "commit":
+        raise ConfigError(f"key 'candidate': {path} does not contain the baseline commit {base}")
+    if tip is None:
+        patch = gitops.git("diff", "--binary", "--no-renames", base, cwd=path)
+        untracked = gitops.git("ls-files", "--others", "--exclude-standard", cwd=path).split()
+        return patch, sorted(untracked)
+    return gitops.git("diff", "--binary", "--no-renames", base, tip, cwd=path), []
+
+
+def _baseline_for_diff(c: Campaign) -> str:
+    t = c.data["target"]
+    if "repo" not in t:
+        raise ConfigError("key 'candidate': ref and worktree candidates need a target.repo (a git baseline)")
+    return t["repo"]["baseline"]
+
+
+def identity(c: Campaign) -> str:
+    """The candidate's content hash."""
+    src = c.candidate_source
+    if src.kind == "overlay":
+        return overlay.content_hash(ROOT / src.value, c.target_identity)
+    base = _baseline_for_diff(c)
+    h = hashlib.sha256()
+    if src.kind == "ref":
+        repo = _user_path(c.data["target"]["repo"]["path"])
+        patch, _ = _diff_against(repo, base, src.value)
+        h.update(patch.encode())
+    else:
+        wt = _user_path(src.value)
+        patch, untracked = _diff_against(wt, base, None)
+        h.update(patch.encode())
+        for f in untracked:
+            h.update(f.encode() + b"\0" + (wt / f).read_bytes())
+    return h.hexdigest()[:12]
+
+
+def materialize(c: Campaign, worktree: Path) -> Materialized:
+    """Apply the candidate to ``worktree`` (sitting at BENCH_BASE); the caller commits."""
+    src = c.candidate_source
+    if src.kind == "overlay":
+        variant = overlay.select(ROOT / src.value, c.target_identity)
+        return Materialized("overlay", src.value, overlay.apply(variant, worktree))
+    base = _baseline_for_diff(c)
+    if src.kind == "ref":
+        patch, untracked = _diff_against(_user_path(c.data["target"]["repo"]["path"]), base, src.value)
+        origin = None
+    else:
+        origin = _user_path(src.value)
+        patch, untracked = _diff_against(origin, base, None)
+    if patch.strip():
+        gitops.git("apply", "--3way", "--whitespace=nowarn", "-", cwd=worktree, input_text=patch)
+    for f in untracked:
+        assert origin is not None
+        dest = worktree / f
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(origin / f, dest)
+    touched = sorted({line.split(" b/", 1)[-1] for line in patch.splitlines() if line.startswith("diff --git ")}
+                     | set(untracked))
+    return Materialized(src.kind, src.value, touched)

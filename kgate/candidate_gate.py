@@ -1,0 +1,110 @@
+"""Stage ``candidate_gate``: the full frozen gate on the candidate.
+
+Method: before running anything, the candidate worktree must sit at the
+commit candidate_build made, with a clean tree and every frozen file at its
+BENCH_BASE hash (a mismatch is an error, not a result). Then the frozen gate
+runs exactly as in fixture_freeze (same files, selection, arguments, per-test
+timeout), plus the target's dependent tests when the campaign names its
+helper. Any failure, error, crash or hang of the candidate is a measured
+NO-GO. The collected test ids and their outcomes must equal the fixture run's:
+a test that disappears, is deselected or changes from passed to skipped fails
+the gate with its id.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from kgate import gate, manifest, paths
+from kgate.baseline_tests import verify_worktree
+from kgate.errors import KgateError, ProvenanceMismatch
+from kgate.records import Gate, StageResult
+from kgate.stage import Context
+
+
+def verify_frozen(wt: Path, expected: dict[str, str]) -> None:
+    changed = manifest.diff(expected, manifest.compute(wt, sorted(expected)))
+    if changed:
+        raise ProvenanceMismatch(f"frozen file(s) differ from the BENCH_BASE manifest in {wt}: {', '.join(changed)}")
+
+
+def dependent_tests(ctx: Context, wt: Path, changed: list[str]) -> list[str]:
+    """Run the target's dependency helper; return test paths relative to the worktree."""
+    spec = ctx.campaign.data["gate"].get("dependent_tests")
+    if not spec or not changed:
+        return []
+    proc = subprocess.run([sys.executable, spec["helper"], *changed], cwd=wt, capture_output=True, text=True,
+                          timeout=600)
+    if proc.returncode != 0:
+        raise KgateError(f"gate.dependent_tests.helper {spec['helper']} failed: {proc.stderr.strip()[-300:]}")
+    out = []
+    for tok in proc.stdout.split():
+        p = Path(tok)
+        rel = p.resolve().relative_to(wt.resolve()) if p.is_absolute() else p
+        out.append(str(rel))
+    frozen = set(ctx.campaign.data["gate"]["tests"])
+    return sorted(set(out) - frozen)
+
+
+def outcome_diff(ref: dict, got: gate.GateRun) -> list[str]:
+    """Differences in collected ids and outcomes against the fixture run."""
+    ref_tests = {t["nodeid"]: t["outcome"] for t in ref["tests"]}
+    msgs = []
+    for i in sorted(set(ref["collected"]) - set(got.collected)):
+        msgs.append(f"{i}: collected at BENCH_BASE, not collected now")
+    for i in sorted(set(got.collected) - set(ref["collected"])):
+        msgs.append(f"{i}: new test id")
+    for i in sorted(set(got.deselected) - set(ref["deselected"])):
+        msgs.append(f"{i}: deselected now")
+    for i, o in sorted(ref_tests.items()):
+        now = got.tests.get(i, {}).get("outcome")
+        if now is not None and now != o and now in gate.OUTCOMES_OK:
+            msgs.append(f"{i}: {o} at BENCH_BASE, {now} now")
+    return msgs
+
+
+def run(ctx: Context) -> StageResult:
+    c, gpu, cid = ctx.campaign, ctx.gpu, ctx.candidate
+    build, fx = ctx.inputs["candidate_build"], ctx.inputs["fixture_freeze"]
+    wt = paths.worktree(c.name, gpu, f"cand-{cid}")
+    verify_worktree(wt, build["data"]["candidate_sha"])
+    verify_frozen(wt, fx["data"]["manifest"])
+    spec = ctx.gate_spec()
+    cache = paths.triton_cache(c.name, gpu, "candidate")
+    main = gate.run(spec, wt, ctx.out_dir, cache, tag="gate")
+    gate.check_imports(main, wt)
+    gates = []
+    if main.green:
+        gates.append(Gate("gate_tests_pass", "every frozen test passes", main.summary(), "pass",
+                          evidence=main.junit_path))
+    else:
+        fails = main.bad_ids + [e["nodeid"] for e in main.collect_errors]
+        gates.append(Gate("gate_tests_pass", "every frozen test passes", main.summary(), "fail",
+                          evidence=main.junit_path, detail=f"{len(fails)} not passing: {', '.join(fails[:20])}"))
+    diffs = outcome_diff(fx["data"]["run"], main)
+    gates.append(Gate("same_test_ids", "collected ids and outcomes equal the fixture run's",
+                      f"{len(main.collected)} collected, {len(diffs)} difference(s)",
+                      "fail" if diffs else "pass", evidence=main.outcomes_path,
+                      detail="; ".join(diffs[:20]) if diffs else None))
+    changed = [f["path"] for f in build["data"]["diff"]["files"]]
+    dep_files = dependent_tests(ctx, wt, changed)
+    dep_data = None
+    if dep_files:
+        dsel = (c.data["gate"]["dependent_tests"].get("select") or {}).get("cpu" if gpu == "cpu" else "gpu")
+        dspec = gate.GateSpec(**{**{f: getattr(spec, f) for f in spec.__slots__}, "tests": tuple(dep_files),
+                                 "select": dsel})
+        dep = gate.run(dspec, wt, ctx.out_dir, cache, tag="dependent")
+        dep_data = dep.as_data()
+        gates.append(Gate("dependent_tests_pass", "every dependent test passes", dep.summary(),
+                          "pass" if dep.green else "fail", evidence=dep.junit_path,
+                          detail=None if dep.green else f"not passing: {', '.join(dep.bad_ids[:20])}"))
+    else:
+        gates.append(Gate("dependent_tests_pass", "every dependent test passes",
+                          "no helper in this campaign" if not c.data["gate"].get("dependent_tests")
+                          else "helper listed no further tests", "skip"))
+    data = {"candidate": cid, "candidate_sha": build["data"]["candidate_sha"], "bench_base": fx["data"]["bench_base"],
+            "worktree": str(wt), "run": main.as_data(), "dependent": dep_data, "dependent_files": dep_files,
+            "triton_cache": str(cache)}
+    return StageResult(gates=gates, data=data)

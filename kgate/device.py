@@ -1,0 +1,68 @@
+"""Device classes: which kind of accelerator a stage runs on.
+
+The class keys results/ and reports/ so a run on one architecture never
+satisfies another's inputs. It is read from nvidia-smi's product name
+("NVIDIA H200" -> h200, "NVIDIA B300 SXM6 AC" -> b300) or is ``cpu`` when no
+NVIDIA GPU is visible. Every stage re-checks that the device it runs on has
+the class its paths claim.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+
+from kgate.errors import ProvenanceMismatch
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    """The device a process sees."""
+
+    klass: str
+    name: str
+    uuid: str | None
+    capability: str | None
+    driver: str | None
+
+    def as_dict(self) -> dict[str, object]:
+        return {"class": self.klass, "name": self.name, "uuid": self.uuid,
+                "capability": self.capability, "driver": self.driver,
+                "interpreter": self.klass == "cpu"}
+
+
+def class_from_name(name: str) -> str:
+    """'NVIDIA H200' -> 'h200'; 'NVIDIA GeForce RTX 4090' -> 'rtx4090'."""
+    words = re.sub(r"^NVIDIA\s+", "", name.strip()).replace("GeForce ", "").split()
+    if not words:
+        return "unknown"
+    head = words[0].lower()
+    if head in ("rtx", "gtx", "tesla", "quadro") and len(words) > 1:
+        head += words[1].lower()
+    return re.sub(r"[^a-z0-9]", "", head)
+
+
+def detect(index: int = 0) -> Device:
+    """Ask nvidia-smi for GPU ``index``; no nvidia-smi or no GPU means ``cpu``."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return Device("cpu", "cpu", None, None, None)
+    q = "name,uuid,compute_cap,driver_version"
+    proc = subprocess.run([exe, f"--query-gpu={q}", "--format=csv,noheader", f"--id={index}"],
+                          capture_output=True, text=True, timeout=60)
+    if proc.returncode != 0 or not proc.stdout.strip():
+        return Device("cpu", "cpu", None, None, None)
+    name, uuid, cap, driver = [x.strip() for x in proc.stdout.strip().splitlines()[0].split(",")]
+    return Device(class_from_name(name), name, uuid, cap, driver)
+
+
+def check_class(expected: str) -> Device:
+    """Return the device, or raise if its class is not ``expected``."""
+    dev = detect()
+    if dev.klass != expected:
+        raise ProvenanceMismatch(
+            f"this stage belongs to device class '{expected}' but runs on '{dev.klass}' ({dev.name}); "
+            f"set --config gpu={dev.klass} or run it on a {expected} node")
+    return dev

@@ -1,0 +1,66 @@
+"""Stage ``fixture_freeze``: extend the gate with test-only cases, commit BENCH_BASE, freeze.
+
+Method: in a worktree on ``kgate/<campaign>/bench_base`` at the baseline,
+apply the fixture overlay (every edited path must match ``fixture.test_paths``),
+commit with kgate's fixed identity (so BENCH_BASE is reproducible), run the
+full gate against the untouched production code, and require it green and a
+superset of the baseline's test ids (a fixture only adds). Then write the
+manifest: sha256 of the frozen paths and of the gate's test files.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+
+from kgate import gate, gitops, manifest, overlay, paths
+from kgate.baseline_tests import judge, rerun_failures
+from kgate.campaign import ROOT
+from kgate.errors import ConfigError
+from kgate.records import Gate, StageResult, write_json
+from kgate.stage import Context
+
+
+def frozen_patterns(ctx: Context) -> list[str]:
+    return sorted(set(ctx.campaign.data["frozen"]) | set(ctx.campaign.data["gate"]["tests"]))
+
+
+def run(ctx: Context) -> StageResult:
+    c, gpu = ctx.campaign, ctx.gpu
+    target, base = ctx.inputs["target"], ctx.inputs["baseline_tests"]
+    baseline_sha = target["data"]["baseline_sha"]
+    repo = paths.repo(c.name, gpu)
+    wt = paths.worktree(c.name, gpu, "bench_base")
+    gitops.reset_worktree(repo, wt, baseline_sha, branch=paths.branch(c.name, "bench_base"))
+    fx = c.data["fixture"]
+    variant = overlay.select(ROOT / fx["overlay"], c.target_identity)
+    touched = overlay.apply(variant, wt)
+    outside = [p for p in touched if not any(fnmatch.fnmatchcase(p, g) for g in fx["test_paths"])]
+    if outside:
+        raise ConfigError(f"key 'fixture.overlay': the fixture edits non-test path(s) {outside} "
+                          f"(allowed: {fx['test_paths']})")
+    bench_base = gitops.commit_all(wt, f"kgate: fixture for {c.name} ({fx['overlay']})")
+    spec = ctx.gate_spec()
+    cache = paths.triton_cache(c.name, gpu, "base")
+    first = gate.run(spec, wt, ctx.out_dir, cache, tag="run1")
+    gate.check_imports(first, wt)
+    history = {} if first.green else rerun_failures(ctx, spec, first, wt, cache, c.data["gate"]["reruns"])
+    gates = [judge(first, history, first.junit_path, "fixture_gate_green")]
+    base_ids = set(base["data"]["run"]["collected"])
+    lost = sorted(base_ids - set(first.collected))
+    added = sorted(set(first.collected) - base_ids)
+    gates.append(Gate("fixture_only_adds", "fixture run collects every baseline test id",
+                      f"{len(base_ids)} -> {len(first.collected)} collected (+{len(added)})",
+                      "fail" if lost else "pass", evidence=first.outcomes_path,
+                      detail=f"baseline ids missing after the fixture: {', '.join(lost)}" if lost else None))
+    files = manifest.expand(wt, frozen_patterns(ctx))
+    sums = manifest.compute(wt, files)
+    man_path = ctx.out_dir / "manifest.json"
+    write_json(man_path, {"schema": "kgate.manifest/1", "bench_base": bench_base, "files": sums})
+    gates.append(Gate("frozen_manifest", "sha256 of every frozen path recorded", f"{len(sums)} files", "pass",
+                      evidence=str(man_path)))
+    data = {"baseline_sha": baseline_sha, "bench_base": bench_base, "branch": paths.branch(c.name, "bench_base"),
+            "worktree": str(wt), "fixture_paths": touched, "manifest": sums, "manifest_path": str(man_path),
+            "run": first.as_data(), "reruns": history, "baseline_passed": base["data"]["run"]["counts"].get("passed", 0),
+            "fixture_passed": first.counts.get("passed", 0), "added_ids": added,
+            "patch": gitops.patch(wt, baseline_sha, bench_base)}
+    return StageResult(gates=gates, data=data)

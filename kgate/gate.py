@@ -1,0 +1,223 @@
+"""Running a correctness gate: the target's own pytest files in a worker process.
+
+Method: pytest runs in a fresh process with cwd = the arm's worktree and
+PYTHONPATH = only that worktree's source folders (an inherited PYTHONPATH is
+dropped and recorded), its own Triton cache, a per-test timeout
+(pytest-timeout) and a whole-run timeout. ``kgate.outcomes_plugin`` records
+every collected id and outcome as the run goes, so a crash or a hang still
+leaves the finished tests and the id that was running. On CPU the Triton
+interpreter shim (``kgate.interp_plugin``) and the campaign's cpu_setup file
+are loaded inside the worker; nothing is written into the worktree.
+
+Classification: failures, errors, collection errors in the target's code, a
+crash (killed by a signal) or a hang (run timeout) are *measured* results of
+the code under test. Usage errors, internal pytest errors, an empty selection
+and a target imported from outside the worktree are infrastructure errors.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kgate.errors import ConfigError, KgateError, ProvenanceMismatch
+
+OUTCOMES_OK = frozenset({"passed", "skipped", "xfailed"})
+
+
+@dataclass(frozen=True, slots=True)
+class GateSpec:
+    """Everything that defines one gate run (the same for every arm)."""
+
+    tests: tuple[str, ...]
+    select: str | None
+    pytest_args: tuple[str, ...]
+    forbid_env: tuple[str, ...]
+    python_path: tuple[str, ...]
+    cpu: bool
+    cpu_setup: Path | None
+    test_timeout_s: int
+    run_timeout_s: int
+    workers: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class GateRun:
+    """What one pytest process measured."""
+
+    command: list[str]
+    exit_code: int | None
+    wall_s: float
+    timed_out: bool
+    crashed: bool
+    collected: list[str]
+    deselected: list[str]
+    tests: dict[str, dict[str, Any]]
+    collect_errors: list[dict[str, Any]]
+    running_at_end: str | None
+    imports: dict[str, str | None]
+    env: dict[str, str]
+    log: str
+    outcomes_path: str
+    junit_path: str
+    interp: dict[str, Any] | None = field(default=None)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        c: dict[str, int] = {}
+        for t in self.tests.values():
+            c[t["outcome"]] = c.get(t["outcome"], 0) + 1
+        return c
+
+    @property
+    def bad_ids(self) -> list[str]:
+        """Ids that did not pass: failed/error/xpassed, plus collected ids that never finished."""
+        bad = [k for k, t in self.tests.items() if t["outcome"] not in OUTCOMES_OK]
+        bad += [i for i in self.collected if i not in self.tests]
+        return sorted(set(bad))
+
+    @property
+    def green(self) -> bool:
+        return (self.exit_code == 0 and not self.timed_out and not self.crashed
+                and not self.collect_errors and not self.bad_ids)
+
+    def summary(self) -> str:
+        parts = [f"{n} {k}" for k, n in sorted(self.counts.items())]
+        missing = len([i for i in self.collected if i not in self.tests])
+        if missing:
+            parts.append(f"{missing} not finished")
+        if self.collect_errors:
+            parts.append(f"{len(self.collect_errors)} collection error(s)")
+        if self.timed_out:
+            parts.append(f"run timed out after {self.wall_s:.0f} s (running: {self.running_at_end})")
+        elif self.crashed:
+            parts.append(f"process died (exit {self.exit_code}; running: {self.running_at_end})")
+        return ", ".join(parts) or "nothing ran"
+
+    def as_data(self) -> dict[str, Any]:
+        return {
+            "command": self.command, "exit_code": self.exit_code, "wall_s": round(self.wall_s, 3),
+            "timed_out": self.timed_out, "crashed": self.crashed, "summary": self.summary(),
+            "counts": self.counts, "collected": self.collected, "deselected": self.deselected,
+            "tests": sorted(self.tests.values(), key=lambda t: t["nodeid"]),
+            "collect_errors": self.collect_errors, "running_at_end": self.running_at_end,
+            "imports": self.imports, "env": self.env, "log": self.log,
+            "outcomes": self.outcomes_path, "junit": self.junit_path, "interpreter": self.interp,
+        }
+
+
+def build_env(spec: GateSpec, worktree: Path, triton_cache: Path) -> dict[str, str]:
+    """The worker's environment: inherited, minus PYTHONPATH, plus kgate's settings."""
+    for name in spec.forbid_env:
+        if name in os.environ:
+            raise ConfigError(f"gate.forbid_env: variable {name} is set in the environment; unset it and rerun")
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)
+    env["PYTHONPATH"] = os.pathsep.join(str((worktree / p).resolve()) for p in spec.python_path)
+    env["TRITON_CACHE_DIR"] = str(triton_cache.resolve())
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env["PYTHONUNBUFFERED"] = "1"
+    if spec.cpu:
+        env["TRITON_INTERPRET"] = "1"
+    return env
+
+
+def run(spec: GateSpec, worktree: Path, out_dir: Path, triton_cache: Path, *, tag: str,
+        only_ids: list[str] | None = None) -> GateRun:
+    """Run the gate (or only ``only_ids``) once; write outcomes, junit and log under ``out_dir``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    triton_cache.mkdir(parents=True, exist_ok=True)
+    outcomes = (out_dir / f"{tag}.outcomes.json").resolve()
+    junit = (out_dir / f"{tag}.junit.xml").resolve()
+    log = (out_dir / f"{tag}.pytest.log").resolve()
+    interp_record = (out_dir / f"{tag}.interpreter.json").resolve()
+    for p in [outcomes, junit, log, interp_record, *out_dir.glob(f"{tag}.outcomes.json.gw*")]:
+        p.unlink(missing_ok=True)
+    cmd = [sys.executable, "-m", "pytest", *(only_ids or spec.tests), *_isolation(worktree), "-p", "kgate.outcomes_plugin",
+           f"--kgate-outcomes={outcomes}", f"--junitxml={junit}", "-p", "no:cacheprovider", "-q", "-rfE",
+           f"--timeout={spec.test_timeout_s}", "--timeout-method=thread" if spec.cpu else "--timeout-method=signal"]
+    if spec.cpu:
+        cmd += ["-p", "kgate.interp_plugin", f"--kgate-interp-record={interp_record}"]
+        if spec.cpu_setup is not None:
+            cmd.append(f"--kgate-setup={spec.cpu_setup.resolve()}")
+    if spec.select and not only_ids:
+        cmd += ["-k", spec.select]
+    if spec.workers > 1:
+        cmd += ["-n", str(spec.workers)]
+    cmd += list(spec.pytest_args)
+    env = build_env(spec, worktree, triton_cache)
+    start = time.time()
+    timed_out = False
+    with log.open("w") as fh:
+        fh.write("$ " + " ".join(cmd) + "\n")
+        fh.flush()
+        proc = subprocess.Popen(cmd, cwd=worktree, env=env, stdout=fh, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        try:
+            code: int | None = proc.wait(timeout=spec.run_timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            code = None
+    wall = time.time() - start
+    state = _read_outcomes(outcomes, log)
+    crashed = code is not None and (code < 0 or (code not in (0, 1, 2, 3, 4, 5)))
+    if code in (3, 4) and not state.get("tests"):
+        raise KgateError(f"pytest could not run the gate (exit {code}); see {log}")
+    if code == 5:
+        raise ConfigError(f"gate: no test was collected (tests {list(spec.tests)}, -k {spec.select!r}); see {log}")
+    if code == 2 and not state.get("collect_errors") and not state.get("tests"):
+        raise KgateError(f"pytest was interrupted before any test ran (exit 2); see {log}")
+    interp = json.loads(interp_record.read_text()) if interp_record.exists() else None
+    return GateRun(command=cmd, exit_code=code, wall_s=wall, timed_out=timed_out, crashed=crashed,
+                   collected=state.get("collected", []), deselected=state.get("deselected", []),
+                   tests=state.get("tests", {}), collect_errors=state.get("collect_errors", []),
+                   running_at_end=state.get("running"), imports=state.get("imports", {}),
+                   env={k: env[k] for k in ("PYTHONPATH", "TRITON_CACHE_DIR", "TRITON_INTERPRET") if k in env},
+                   log=str(log), outcomes_path=str(outcomes), junit_path=str(junit), interp=interp)
+
+
+def _has_pytest_config(root: Path) -> bool:
+    if (root / "pytest.ini").exists() or (root / ".pytest.ini").exists():
+        return True
+    for name, marker in (("pyproject.toml", "[tool.pytest.ini_options]"), ("tox.ini", "[pytest]"),
+                         ("setup.cfg", "[tool:pytest]")):
+        f = root / name
+        if f.exists() and marker in f.read_text(errors="replace"):
+            return True
+    return False
+
+
+def _isolation(worktree: Path) -> list[str]:
+    """Keep pytest's rootdir, configuration and conftest search inside the worktree."""
+    root = str(worktree.resolve())
+    args = [f"--rootdir={root}", f"--confcutdir={root}"]
+    if not _has_pytest_config(worktree):
+        args.append(f"-c={Path(__file__).parent / 'data' / 'pytest-empty.ini'}")
+    return args
+
+
+def _read_outcomes(path: Path, log: Path) -> dict[str, Any]:
+    if not path.exists():
+        return {}
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise KgateError(f"outcome record {path} is corrupt ({exc}); see {log}") from exc
+
+
+def check_imports(run_: GateRun, worktree: Path) -> None:
+    """The code under test must come from the worktree, never from site-packages."""
+    root = str(worktree.resolve())
+    for name, where in run_.imports.items():
+        if where is not None and not str(Path(where).resolve()).startswith(root + os.sep):
+            raise ProvenanceMismatch(f"package '{name}' was imported from {where}, not from the worktree {root}; "
+                                     f"uninstall it from the environment (pip uninstall) so the arm's code is tested")

@@ -1,0 +1,125 @@
+"""pytest plugin that records what a gate run collected and how each test ended.
+
+Loaded as ``-p kgate.outcomes_plugin --kgate-outcomes PATH``. The JSON at
+PATH is rewritten after every test (so a crash or a hang keeps what finished,
+plus the id of the test that was running), and once more at session end. It
+holds: collected and deselected ids, one entry per test id with its outcome
+(passed, failed, error, skipped, xfailed, xpassed), duration and failure
+text, collection errors, and where each top-level package of the tested tree
+was imported from (so a stage can prove the code under test is the worktree's).
+Works with pytest-xdist: workers write their collection beside PATH and the
+controller merges them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+_MAX_MSG = 4000
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--kgate-outcomes", default=None, help="Write kgate's outcome record to this JSON path.")
+
+
+class _Recorder:
+    def __init__(self, path: Path, config: pytest.Config) -> None:
+        self.path = path
+        self.config = config
+        self.worker = getattr(config, "workerinput", {}).get("workerid")
+        self.state: dict[str, Any] = {"schema": "kgate.pytest/1", "started_unix": time.time(), "finished": False,
+                                      "collected": [], "deselected": [], "tests": {}, "collect_errors": [],
+                                      "running": None, "exitstatus": None, "imports": {}}
+
+    def _write(self) -> None:
+        target = self.path if self.worker is None else self.path.with_name(f"{self.path.name}.{self.worker}")
+        tmp = target.with_name(target.name + ".tmp")
+        tmp.write_text(json.dumps(self.state, indent=1))
+        os.replace(tmp, target)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        self.state["collected"] = [i.nodeid for i in items]
+        self._write()
+
+    def pytest_deselected(self, items: list[pytest.Item]) -> None:
+        self.state["deselected"].extend(i.nodeid for i in items)
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        if report.failed:
+            self.state["collect_errors"].append({"nodeid": report.nodeid, "message": _text(report)})
+            self._write()
+
+    def pytest_runtest_logstart(self, nodeid: str, location: Any) -> None:
+        self.state["running"] = nodeid
+        self._write()
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        t = self.state["tests"].setdefault(report.nodeid, {"nodeid": report.nodeid, "outcome": "passed",
+                                                           "duration_s": 0.0, "message": None})
+        t["duration_s"] = round(t["duration_s"] + report.duration, 4)
+        if report.when == "call":
+            if hasattr(report, "wasxfail"):
+                t["outcome"] = "xfailed" if report.skipped else "xpassed"
+            elif report.failed:
+                t["outcome"] = "failed"
+            elif report.skipped:
+                t["outcome"] = "skipped"
+        elif report.failed:
+            t["outcome"] = "error"
+        elif report.skipped and report.when == "setup":
+            t["outcome"] = "xfailed" if hasattr(report, "wasxfail") else "skipped"
+        if report.failed or (report.skipped and t["message"] is None):
+            t["message"] = _text(report)
+        if report.when == "teardown":
+            self.state["running"] = None
+            self._write()
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        self.state["exitstatus"] = int(exitstatus)
+        self.state["finished"] = True
+        self.state["imports"] = _imports(Path.cwd())
+        if self.worker is None:
+            for f in sorted(self.path.parent.glob(self.path.name + ".gw*")):
+                w = json.loads(f.read_text())
+                if not self.state["collected"]:
+                    self.state["collected"] = w["collected"]
+                if not self.state["deselected"]:
+                    self.state["deselected"] = w["deselected"]
+                self.state["collect_errors"].extend(e for e in w["collect_errors"]
+                                                    if e not in self.state["collect_errors"])
+                for k, v in w["imports"].items():
+                    self.state["imports"].setdefault(k, v)
+        self._write()
+
+
+def _text(report: Any) -> str:
+    text = getattr(report, "longreprtext", "") or str(getattr(report, "longrepr", "") or "")
+    return text[-_MAX_MSG:]
+
+
+def _imports(root: Path) -> dict[str, str | None]:
+    """For each top-level package or module present in ``root``: where it was imported from."""
+    out: dict[str, str | None] = {}
+    for entry in root.iterdir():
+        name = entry.stem if entry.suffix == ".py" else entry.name
+        if not (entry.is_dir() and (entry / "__init__.py").exists()) and entry.suffix != ".py":
+            continue
+        mod = sys.modules.get(name)
+        if mod is not None:
+            out[name] = getattr(mod, "__file__", None)
+    return out
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    path = config.getoption("--kgate-outcomes")
+    if path:
+        config.pluginmanager.register(_Recorder(Path(path).resolve(), config), "kgate-recorder")

@@ -1,0 +1,60 @@
+"""Where things live: every path says what made it.
+
+results/<campaign>/<gpu>/<stage>/[<candidate>/]record.json
+logs/<campaign>/<gpu>/<stage>/[<candidate>/]record.log      (mirrors results)
+work/<campaign>/<gpu>/                                      kgate's clone, worktrees, caches
+reports/<campaign>/<gpu>/                                    the rendered report
+All paths are relative to the kgate repository root (the Snakemake workdir).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+STAGES = ("target", "baseline_tests", "fixture_freeze", "candidate_build", "candidate_gate")
+CANDIDATE_STAGES = frozenset({"candidate_build", "candidate_gate"})
+
+
+def stage_dir(campaign: str, gpu: str, stage: str, candidate: str | None = None) -> Path:
+    base = Path("results") / campaign / gpu / stage
+    if stage in CANDIDATE_STAGES:
+        if not candidate:
+            raise ValueError(f"stage {stage} needs a candidate id")
+        return base / candidate
+    return base
+
+
+def record(campaign: str, gpu: str, stage: str, candidate: str | None = None) -> Path:
+    return stage_dir(campaign, gpu, stage, candidate) / "record.json"
+
+
+def log(campaign: str, gpu: str, stage: str, candidate: str | None = None) -> Path:
+    return Path("logs") / stage_dir(campaign, gpu, stage, candidate).relative_to("results") / "record.log"
+
+
+def work(campaign: str, gpu: str) -> Path:
+    return Path("work") / campaign / gpu
+
+
+def repo(campaign: str, gpu: str) -> Path:
+    """kgate's own bare clone of the target (the user's clone is never written)."""
+    return work(campaign, gpu) / "target.git"
+
+
+def worktree(campaign: str, gpu: str, arm: str) -> Path:
+    return work(campaign, gpu) / "wt" / arm
+
+
+def triton_cache(campaign: str, gpu: str, code: str) -> Path:
+    """One Triton cache per body of production code: 'base' is shared by
+    baseline_tests and fixture_freeze (same kernels), 'candidate' by every
+    candidate iteration (Triton keys its cache by kernel source)."""
+    return work(campaign, gpu) / "triton" / code
+
+
+def report_dir(campaign: str, gpu: str) -> Path:
+    return Path("reports") / campaign / gpu
+
+
+def branch(campaign: str, arm: str) -> str:
+    return f"kgate/{campaign}/{arm}"

@@ -1,0 +1,100 @@
+"""What every stage does around its own logic.
+
+``execute`` loads and validates the campaign, checks that the device has the
+class the paths claim, checks that the previous gate passed (a stage is never
+run past a failed gate, even by hand), runs the stage function, and writes the
+record with provenance. A ``KgateError`` propagates to the CLI (exit 2, no
+record written, so nothing already measured is overwritten by a non-result).
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from kgate import campaign as campaign_mod
+from kgate import device as device_mod
+from kgate import gate, paths, provenance
+from kgate.campaign import ROOT, Campaign
+from kgate.errors import IncompleteData
+from kgate.records import StageResult, build_record, read_record, write_json
+
+StageFn = Callable[["Context"], StageResult]
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """What a stage function receives."""
+
+    campaign: Campaign
+    gpu: str
+    candidate: str | None
+    args: argparse.Namespace
+    device: dict[str, Any]
+    inputs: dict[str, dict[str, Any]]
+
+    @property
+    def out_dir(self) -> Path:
+        return paths.stage_dir(self.campaign.name, self.gpu, self.args.stage, self.candidate)
+
+    def gate_spec(self) -> gate.GateSpec:
+        g = self.campaign.data["gate"]
+        cpu = self.gpu == "cpu"
+        select = (g.get("select") or {}).get("cpu" if cpu else "gpu")
+        setup = g.get("cpu_setup")
+        test_timeout = self.campaign.data.get("timeouts", {}).get("test_s") or self.args.test_timeout_s
+        return gate.GateSpec(
+            tests=tuple(g["tests"]), select=select, pytest_args=tuple(g.get("pytest_args", [])),
+            forbid_env=tuple(g.get("forbid_env", [])),
+            python_path=tuple(self.campaign.data["target"].get("python_path", ["."])),
+            cpu=cpu, cpu_setup=(ROOT / setup) if (cpu and setup) else None,
+            test_timeout_s=int(test_timeout), run_timeout_s=int(self.args.runtime_min * 60 * 0.9),
+            workers=int(self.args.workers))
+
+
+def add_common_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--campaign-file", required=True, help="Campaign YAML (validated again here).")
+    p.add_argument("--gpu", required=True, help="Device class the results belong to (cpu, h200, ...).")
+    p.add_argument("--candidate", default=None, help="Candidate id (content hash) for candidate stages.")
+    p.add_argument("--candidate-source", default=None, help="overlay:<dir>, ref:<ref> or worktree:<path> override.")
+    p.add_argument("--target-path", default=None, help="Override of target.repo.path.")
+    p.add_argument("--record", required=True, help="Where to write this stage's record.")
+    p.add_argument("--input-record", action="append", default=[], help="Records of the stages this one needs.")
+    p.add_argument("--local-rule", action="store_true", help="The workflow runs this rule on the submit host.")
+    p.add_argument("--runtime-min", type=float, default=120.0, help="Stage time limit (minutes); gate runs get 90 %%.")
+    p.add_argument("--test-timeout-s", type=int, default=900, help="Per-test timeout unless the campaign sets one.")
+    p.add_argument("--workers", type=int, default=1, help="pytest-xdist workers for gate runs (1 = no xdist).")
+    p.add_argument("--sdist-cache", default="work/cache/sdists", help="Folder of pinned sdists.")
+
+
+def load_inputs(records: list[str]) -> dict[str, dict[str, Any]]:
+    """Read input records by stage; a previous gate that did not pass blocks this stage."""
+    out = {}
+    for r in records:
+        rec = read_record(r)
+        if rec["status"] != "pass":
+            raise IncompleteData(f"blocked: input {r} has status '{rec['status']}' "
+                                 f"({'; '.join(rec['reasons'][:2])}); this stage does not run past a failed gate")
+        out[rec["stage"]] = rec
+    return out
+
+
+def execute(stage: str, fn: StageFn, args: argparse.Namespace) -> int:
+    clock = provenance.Clock()
+    overrides = {"target_path": args.target_path, "candidate": args.candidate_source}
+    camp = campaign_mod.load(args.campaign_file, overrides)
+    dev = device_mod.check_class(args.gpu)
+    inputs = load_inputs(args.input_record)
+    ctx = Context(campaign=camp, gpu=args.gpu, candidate=args.candidate, args=args,
+                  device=dev.as_dict(), inputs=inputs)
+    result = fn(ctx)
+    env_patterns = camp.data.get("env", {}).get("record", [])
+    prov = provenance.collect(clock=clock, device=dev.as_dict(), env_patterns=env_patterns,
+                              local_rule=bool(args.local_rule))
+    record = build_record(stage=stage, campaign=camp.name, gpu=args.gpu, candidate=args.candidate,
+                          result=result, provenance=prov)
+    write_json(Path(args.record), record)
+    print(f"kgate {stage}: {record['status']}" + (f" ({'; '.join(record['reasons'])})" if record["reasons"] else ""))
+    return 0

@@ -1,0 +1,107 @@
+"""The verdict: one word and the gate that decided it.
+
+Rule: walk the stages in pipeline order. The first record whose status is
+not ``pass`` decides: fail -> NO-GO, stop -> STOPPED, inconclusive or
+unavailable -> INCONCLUSIVE; every later stage is listed as not run, blocked
+by that gate. If every stage that ran passed: on CPU the verdict is SMOKE
+(the interpreter proves the pipeline, never the kernel's speed); on a GPU it
+is GO only when every stage of the full protocol has a passing record, else
+INCONCLUSIVE naming the missing evidence. A forced run (past a STOP) keeps
+STOPPED and shows the would-be verdict beside it. ``--check`` exit codes:
+0 GO, 1 NO-GO or STOPPED, 3 INCONCLUSIVE or SMOKE, 2 error.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from kgate import paths
+from kgate.errors import IncompleteData
+from kgate.records import VERDICT_SCHEMA
+
+#: Every stage the full protocol needs before a GO (pipeline order).
+PROTOCOL = ("target", "baseline_tests", "fixture_freeze", "profile_baseline", "candidate_build", "candidate_gate",
+            "profile_candidate", "bench", "ncu", "model")
+WORD = {"fail": "NO-GO", "stop": "STOPPED", "inconclusive": "INCONCLUSIVE", "unavailable": "INCONCLUSIVE",
+        "error": "INCONCLUSIVE"}
+EXIT = {"GO": 0, "NO-GO": 1, "STOPPED": 1, "INCONCLUSIVE": 3, "SMOKE": 3}
+
+
+def _first_bad_gate(rec: dict[str, Any]) -> dict[str, Any] | None:
+    for status in ("fail", "stop", "inconclusive", "unavailable"):
+        for g in rec["gates"]:
+            if g["status"] == status:
+                return g
+    return None
+
+
+def _fmt(g: dict[str, Any]) -> str:
+    iv = g.get("interval")
+    val = f"{g['value']}" + (f" [{iv[0]:.3f}, {iv[1]:.3f}]" if iv else "")
+    return f"{g['name']} {g['status']}: {val} (required: {g['threshold']})"
+
+
+def compute(records: list[dict[str, Any]], *, campaign: str, gpu: str, candidate: str | None,
+            forced: bool = False, implemented: tuple[str, ...] = paths.STAGES) -> dict[str, Any]:
+    """Verdict dict (schema kgate.verdict/1) from the records that ran, in order."""
+    by_stage = {r["stage"]: r for r in records}
+    gates = [{"stage": r["stage"], **g} for r in records for g in r["gates"]]
+    stages: list[dict[str, Any]] = []
+    decided: dict[str, Any] | None = None
+    word = None
+    blocker = None
+    for stage in PROTOCOL:
+        rec = by_stage.get(stage)
+        if rec is not None:
+            stages.append({"stage": stage, "status": rec["status"],
+                           "record": str(paths.record(campaign, gpu, stage, rec.get("candidate")))})
+            if rec["status"] != "pass" and decided is None and rec["status"] != "skip":
+                bad = _first_bad_gate(rec)
+                decided = {"stage": stage, "gate": bad["name"] if bad else None}
+                word = WORD.get(rec["status"], "INCONCLUSIVE")
+                blocker = f"{stage}: {bad['name'] if bad else rec['status']} {rec['status']}"
+                sentence = f"{stage} {_fmt(bad) if bad else rec['status']}"
+                if rec["reasons"]:
+                    sentence += f" — {rec['reasons'][0]}"
+            continue
+        if blocker and not forced:
+            why = f"blocked by {blocker}"
+        elif stage not in implemented:
+            why = "stage not implemented in this kgate version"
+        else:
+            why = "no record (not run yet)"
+        stages.append({"stage": stage, "status": "not_run", "why": why})
+    would_be = None
+    if word is None:
+        missing = [s["stage"] for s in stages if s["status"] == "not_run"]
+        if gpu == "cpu":
+            word = "SMOKE"
+            sentence = (f"CPU smoke run: all {len(records)} stages that ran passed their gates under the Triton "
+                        f"interpreter; CPU timings mean nothing and a CPU run never yields GO")
+            decided = {"stage": None, "gate": None}
+        elif missing:
+            word = "INCONCLUSIVE"
+            sentence = f"every gate that ran passed, but the protocol's evidence is missing: {', '.join(missing)}"
+            decided = {"stage": missing[0], "gate": None}
+        else:
+            word = "GO"
+            sentence = f"every gate of the protocol passed ({len(gates)} gates)"
+            decided = {"stage": None, "gate": None}
+    if forced and word != "STOPPED" and any(r["status"] == "stop" for r in records):
+        would_be, word = word, "STOPPED"
+        sentence = f"forced run past a STOP: verdict stays STOPPED (would be {would_be}); " + sentence
+    return {"schema": VERDICT_SCHEMA, "campaign": campaign, "gpu": gpu, "candidate": candidate, "verdict": word,
+            "would_be": would_be, "sentence": sentence, "decided_by": decided, "forced": forced,
+            "stages": stages, "gates": gates}
+
+
+def check(campaign: str, gpu: str) -> int:
+    """Exit code for the recorded verdict of ``campaign`` on ``gpu``."""
+    path = paths.report_dir(campaign, gpu) / "verdict.json"
+    if not path.exists():
+        raise IncompleteData(f"no verdict at {path}: run the workflow first")
+    data = json.loads(Path(path).read_text())
+    print(f"{data['verdict']}: {data['sentence']}")
+    return EXIT[data["verdict"]]

@@ -1,0 +1,58 @@
+"""What the Snakefile needs at DAG-build time: validated config and identities.
+
+Runs on the machine that builds the DAG (the login node under Slurm) and
+again inside every job; it only reads (campaign, overlay files, the user's
+clone) and is cheap, so the candidate's identity is recomputed every time.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kgate import campaign as campaign_mod
+from kgate import candidate, device
+from kgate.campaign import Campaign, validate
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One invocation's campaign, device class and candidate id."""
+
+    campaign: Campaign
+    gpu: str
+    candidate: str
+    force: bool
+    config: dict[str, Any]
+
+    @property
+    def name(self) -> str:
+        return self.campaign.name
+
+    def cli_overrides(self) -> list[str]:
+        """Arguments that make a stage see the same campaign as the DAG did."""
+        out = []
+        if self.config.get("target_path"):
+            out += ["--target-path", self.config["target_path"]]
+        if self.config.get("candidate"):
+            out += ["--candidate-source", self.config["candidate"]]
+        return out
+
+
+def resolve(config: dict[str, Any]) -> Run:
+    cfg = {k: v for k, v in config.items()}
+    validate(cfg, "config", "config")
+    camp = campaign_mod.load(cfg["campaign"], {"target_path": cfg.get("target_path"),
+                                                "candidate": cfg.get("candidate")})
+    gpu = cfg.get("gpu", "auto")
+    if gpu == "auto":
+        gpu = device.detect().klass
+    return Run(campaign=camp, gpu=gpu, candidate=candidate.identity(camp), force=bool(cfg.get("force", False)),
+               config=cfg)
+
+
+def status(path: str | Path) -> str:
+    """Status of a finished record (read by the report's input function)."""
+    return json.loads(Path(path).read_text())["status"]

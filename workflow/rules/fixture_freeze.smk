@@ -1,0 +1,32 @@
+# Stage 2: test-only fixture committed as BENCH_BASE, full gate green, frozen manifest written.
+checkpoint fixture_freeze:
+    input:
+        target="results/{campaign}/{gpu}/target/record.json",
+        baseline="results/{campaign}/{gpu}/baseline_tests/record.json",
+    output:
+        record="results/{campaign}/{gpu}/fixture_freeze/record.json",
+    log:
+        "logs/{campaign}/{gpu}/fixture_freeze/record.log",
+    params:
+        campaign_file=CAMPAIGN_FILE,
+        overrides=OVERRIDES,
+        contract=RUN.campaign.section_hash("target", "gate", "fixture", "frozen"),
+        fixture=lambda wc: __import__("kgate.overlay", fromlist=["x"]).content_hash(
+            RUN.campaign.data["fixture"]["overlay"], RUN.campaign.target_identity
+        ),
+    resources:
+        gpu=1,
+    shell:
+        """
+        python -m kgate fixture_freeze \
+            --campaign-file {params.campaign_file:q} \
+            --gpu {wildcards.gpu:q} \
+            --record {output.record:q} \
+            --input-record {input.target:q} \
+            --input-record {input.baseline:q} \
+            --runtime-min {resources.runtime} \
+            --test-timeout-s {resources.test_timeout_s} \
+            --workers {resources.test_workers} \
+            {params.overrides:q} \
+            > {log:q} 2>&1
+        """

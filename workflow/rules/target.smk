@@ -1,0 +1,25 @@
+# Stage 0: kgate's own clone of the target at the exact baseline (a PyPI sdist is materialized).
+localrules: target
+
+
+checkpoint target:
+    output:
+        record="results/{campaign}/{gpu}/target/record.json",
+    log:
+        "logs/{campaign}/{gpu}/target/record.log",
+    params:
+        campaign_file=CAMPAIGN_FILE,
+        overrides=OVERRIDES,
+        contract=RUN.campaign.section_hash("target"),
+        sdist_cache=RUN.config.get("sdist_cache", "work/cache/sdists"),
+    shell:
+        """
+        python -m kgate target \
+            --campaign-file {params.campaign_file:q} \
+            --gpu {wildcards.gpu:q} \
+            --record {output.record:q} \
+            --sdist-cache {params.sdist_cache:q} \
+            --local-rule \
+            {params.overrides:q} \
+            > {log:q} 2>&1
+        """
