@@ -1,10 +1,12 @@
 # kgate: one campaign as a gated DAG. Logic lives in workflow/rules/common.smk and the kgate package.
+import os
+
 from snakemake.utils import min_version
 
 min_version("9.0")
 
 
-configfile: "config/config.yaml"
+configfile: os.path.join(workflow.basedir, "config", "config.yaml")
 
 
 include: "workflow/rules/common.smk"

@@ -119,17 +119,17 @@ def run(ctx: Context) -> StageResult:
     cand = c.data["candidate"]
     gates = [Gate("candidate_identity", "content hash equals the id the DAG was built with", cid, "pass")]
 
-    outside = [f["path"] for f in files if not any(fnmatch.fnmatchcase(f["path"], g) for g in cand["allowed_paths"])]
-    gates.append(Gate("scoped_diff", f"diff touches only {', '.join(cand['allowed_paths'])}",
-                      f"{len(files)} file(s) changed", "fail" if outside else "pass", evidence=str(patch_path),
-                      detail=f"paths outside the allowed set: {', '.join(outside)}" if outside else None))
-
     expected = fx["data"]["manifest"]
     changed_frozen = manifest.diff(expected, manifest.compute(wt, sorted(expected)))
     gates.append(Gate("frozen_unchanged", "every frozen file keeps its BENCH_BASE sha256",
                       f"{len(expected) - len(changed_frozen)}/{len(expected)} unchanged",
                       "fail" if changed_frozen else "pass", evidence=fx["data"]["manifest_path"],
                       detail=f"frozen file(s) changed: {', '.join(changed_frozen)}" if changed_frozen else None))
+
+    outside = [f["path"] for f in files if not any(fnmatch.fnmatchcase(f["path"], g) for g in cand["allowed_paths"])]
+    gates.append(Gate("scoped_diff", f"diff touches only {', '.join(cand['allowed_paths'])}",
+                      f"{len(files)} file(s) changed", "fail" if outside else "pass", evidence=str(patch_path),
+                      detail=f"paths outside the allowed set: {', '.join(outside)}" if outside else None))
 
     hits = []
     for rule in cand.get("forbid_patterns", []):

@@ -50,6 +50,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     v["hypothesis"] = camp.data["hypothesis"]
     out = Path(args.out)
     write_json(out / "verdict.json", v)
+    if args.iteration_copy:
+        write_json(Path(args.iteration_copy), v)
     report.render(v, records, out, history=_history(camp.name, args.gpu))
     print(f"kgate report: {v['verdict']}: {v['sentence']}")
     return 0
@@ -78,6 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--force", action="store_true")
     rp.add_argument("--out", required=True)
     rp.add_argument("--local-rule", action="store_true")
+    rp.add_argument("--iteration-copy", default=None, help="Also write the verdict here (results/.../report/<id>/).")
     rp.add_argument("records", nargs="*")
     vp = sub.add_parser("verdict", help="print the recorded verdict; --check sets the exit code")
     vp.add_argument("--check", metavar="CAMPAIGN", required=True)

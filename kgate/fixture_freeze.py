@@ -20,8 +20,9 @@ from kgate.records import Gate, StageResult, write_json
 from kgate.stage import Context
 
 
-def frozen_patterns(ctx: Context) -> list[str]:
-    return sorted(set(ctx.campaign.data["frozen"]) | set(ctx.campaign.data["gate"]["tests"]))
+def frozen_patterns(ctx: Context, fixture_paths: list[str]) -> list[str]:
+    """Frozen: the campaign's list, the gate's test paths and every path the fixture wrote."""
+    return sorted(set(ctx.campaign.data["frozen"]) | set(ctx.campaign.data["gate"]["tests"]) | set(fixture_paths))
 
 
 def run(ctx: Context) -> StageResult:
@@ -52,7 +53,7 @@ def run(ctx: Context) -> StageResult:
                       f"{len(base_ids)} -> {len(first.collected)} collected (+{len(added)})",
                       "fail" if lost else "pass", evidence=first.outcomes_path,
                       detail=f"baseline ids missing after the fixture: {', '.join(lost)}" if lost else None))
-    files = manifest.expand(wt, frozen_patterns(ctx))
+    files = manifest.expand(wt, frozen_patterns(ctx, touched))
     sums = manifest.compute(wt, files)
     man_path = ctx.out_dir / "manifest.json"
     write_json(man_path, {"schema": "kgate.manifest/1", "bench_base": bench_base, "files": sums})

@@ -15,7 +15,7 @@ G = RUN.gpu
 H = RUN.candidate
 CAMPAIGN_FILE = str(RUN.campaign.path)
 OVERRIDES = RUN.cli_overrides()
-REPORT = str(paths.report_dir(C, G) / "index.html")
+REPORT = [str(paths.report_dir(C, G) / "index.html"), f"results/{C}/{G}/report/{H}/verdict.json"]
 
 wildcard_constraints:
     campaign=r"[a-z0-9][a-z0-9-]*",

@@ -10,6 +10,8 @@ rule report:
         verdict="reports/{campaign}/{gpu}/verdict.json",
         summary="reports/{campaign}/{gpu}/summary.md",
         junit="reports/{campaign}/{gpu}/gates.junit.xml",
+        # keyed by the candidate id, so a new candidate always re-walks the gates
+        iteration=f"results/{{campaign}}/{{gpu}}/report/{H}/verdict.json",
     log:
         "logs/{campaign}/{gpu}/report/record.log",
     params:
@@ -26,6 +28,7 @@ rule report:
             --candidate {params.candidate:q} \
             --out {params.out:q} \
             --local-rule \
+            --iteration-copy {output.iteration:q} \
             {params.force} \
             {params.overrides:q} \
             {input:q} \

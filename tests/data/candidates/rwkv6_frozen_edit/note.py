@@ -1,0 +1,3 @@
+
+
+# a candidate may not edit the frozen reference

@@ -1,0 +1,3 @@
+
+
+# out of scope for an RWKV6 campaign

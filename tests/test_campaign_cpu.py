@@ -1,0 +1,115 @@
+"""The default campaign (fla-core 0.6.0 from PyPI) run end to end on CPU, with real candidates.
+
+Every test runs Snakemake on kgate's Snakefile in one shared scratch workdir:
+the first run pays for target, baseline_tests and fixture_freeze; the others
+reuse that evidence and only build and gate their own candidate, which is
+itself part of what is tested.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO, Workflow, candidate_id, ran_rules
+
+pytestmark = pytest.mark.campaign
+CAMPAIGN = "rwkv6-bwd-fusion"
+BASELINE_RULES = {"target", "baseline_tests", "fixture_freeze"}
+
+
+def run_candidate(wf: Workflow, overlay: str) -> tuple[subprocess.CompletedProcess[str], str]:
+    source = f"overlay:{overlay}"
+    proc = wf.run(f"candidate={source}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc, candidate_id(CAMPAIGN, source)
+
+
+def test_identity_candidate_passes_every_gate(rwkv6_workdir: Workflow) -> None:
+    """An A/A candidate goes through every implemented gate; on CPU the verdict is SMOKE, never GO."""
+    proc, cid = run_candidate(rwkv6_workdir, "kernels/rwkv6_bwd_fused/identity")
+    for stage in ("target", "baseline_tests", "fixture_freeze"):
+        assert rwkv6_workdir.record(CAMPAIGN, stage)["status"] == "pass", stage
+    for stage in ("candidate_build", "candidate_gate"):
+        assert rwkv6_workdir.record(CAMPAIGN, stage, cid)["status"] == "pass", stage
+    fx = rwkv6_workdir.record(CAMPAIGN, "fixture_freeze")["data"]
+    assert fx["fixture_passed"] > fx["baseline_passed"] > 0
+    assert "tests/test_chunk_rwkv6_oracle_bf16.py" in fx["manifest"]
+    verdict = rwkv6_workdir.verdict(CAMPAIGN)
+    assert verdict["verdict"] == "SMOKE"
+    assert verdict["candidate"] == cid
+    html = (rwkv6_workdir.workdir / "reports" / CAMPAIGN / "cpu" / "index.html").read_text()
+    assert "SMOKE" in html
+    check = subprocess.run([sys.executable, "-m", "kgate", "verdict", "--check", CAMPAIGN, "--gpu", "cpu"],
+                           cwd=rwkv6_workdir.workdir, capture_output=True, text=True)
+    assert check.returncode == 3, check.stdout + check.stderr
+
+
+def test_wrong_gradients_fail_the_candidate_gate(rwkv6_workdir: Workflow) -> None:
+    """A candidate whose dq is 1 % off is a measured NO-GO at candidate_gate; baseline evidence is reused."""
+    proc, cid = run_candidate(rwkv6_workdir, "tests/data/candidates/rwkv6_wrong_grad")
+    assert not BASELINE_RULES & set(ran_rules(proc)), ran_rules(proc)
+    assert rwkv6_workdir.record(CAMPAIGN, "candidate_build", cid)["status"] == "pass"
+    rec = rwkv6_workdir.record(CAMPAIGN, "candidate_gate", cid)
+    assert rec["status"] == "fail"
+    row = next(g for g in rec["gates"] if g["name"] == "gate_tests_pass")
+    assert row["status"] == "fail" and "not passing" in row["detail"]
+    failed = [t for t in rec["data"]["run"]["tests"] if t["outcome"] == "failed"]
+    assert failed and all("dq" in t["message"] for t in failed)
+    verdict = rwkv6_workdir.verdict(CAMPAIGN)
+    assert verdict["verdict"] == "NO-GO"
+    assert verdict["decided_by"] == {"stage": "candidate_gate", "gate": "gate_tests_pass"}
+
+
+@pytest.mark.parametrize(("overlay", "gate", "path"), [
+    ("tests/data/candidates/rwkv6_frozen_edit", "frozen_unchanged", "fla/ops/rwkv6/fused_recurrent.py"),
+    ("tests/data/candidates/rwkv6_out_of_scope", "scoped_diff", "fla/ops/gla/chunk.py"),
+])
+def test_bad_diff_stops_at_candidate_build(rwkv6_workdir: Workflow, overlay: str, gate: str, path: str) -> None:
+    """A frozen edit or an out-of-scope path stops the DAG at candidate_build: the gate never runs."""
+    proc, cid = run_candidate(rwkv6_workdir, overlay)
+    rec = rwkv6_workdir.record(CAMPAIGN, "candidate_build", cid)
+    assert rec["status"] == "fail"
+    row = next(g for g in rec["gates"] if g["name"] == gate)
+    assert row["status"] == "fail" and path in row["detail"]
+    assert cid not in rwkv6_workdir.candidate_ids(CAMPAIGN, "candidate_gate")
+    assert "candidate_gate" not in ran_rules(proc)
+    verdict = rwkv6_workdir.verdict(CAMPAIGN)
+    assert verdict["verdict"] == "NO-GO"
+    assert verdict["decided_by"]["stage"] == "candidate_build"
+    later = {s["stage"]: s for s in verdict["stages"]}["candidate_gate"]
+    assert later["status"] == "not_run" and later["why"].startswith("blocked by candidate_build")
+
+
+def test_editing_the_candidate_reruns_only_candidate_stages(rwkv6_workdir: Workflow, tmp_path) -> None:
+    """Snakemake's own dry run: after an edit of a candidate file only candidate stages and the report are due."""
+    overlay = tmp_path / "cand"
+    shutil.copytree(REPO / "kernels/rwkv6_bwd_fused/identity", overlay)
+    rwkv6_workdir.run(f"candidate=overlay:{overlay}")
+    first = candidate_id(CAMPAIGN, f"overlay:{overlay}")
+    quiet = rwkv6_workdir.run(f"candidate=overlay:{overlay}", args=("-n",))
+    assert "Nothing to be done" in quiet.stdout + quiet.stderr
+    with (overlay / "identity.py").open("a") as fh:
+        fh.write("\n# an edit of the candidate\n")
+    second = candidate_id(CAMPAIGN, f"overlay:{overlay}")
+    assert second != first
+    dry = rwkv6_workdir.run(f"candidate=overlay:{overlay}", args=("-n",))
+    jobs = _job_stats(dry.stdout + dry.stderr)
+    assert jobs == {"candidate_build": 1, "report": 1, "all": 1}, jobs
+    assert first in rwkv6_workdir.candidate_ids(CAMPAIGN, "candidate_gate")
+
+
+def _job_stats(log: str) -> dict[str, int]:
+    """Parse the first 'Job stats' table of a Snakemake log."""
+    lines = log.splitlines()
+    start = lines.index("Job stats:") + 3
+    out = {}
+    for line in lines[start:]:
+        parts = line.split()
+        if len(parts) != 2 or parts[0] == "total":
+            break
+        out[parts[0]] = int(parts[1])
+    return out

@@ -1,0 +1,121 @@
+"""The gate runner on real pytest processes: outcomes, crashes, hangs, empty selections, isolation."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from kgate import gate
+from kgate.errors import ConfigError, ProvenanceMismatch
+
+
+def tree(tmp_path: Path, files: dict[str, str]) -> Path:
+    root = tmp_path / "target"
+    for name, text in files.items():
+        p = root / name
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    return root
+
+
+def spec(**kw) -> gate.GateSpec:
+    base = dict(tests=("tests",), select=None, pytest_args=(), forbid_env=(), python_path=(".",), cpu=False,
+                cpu_setup=None, test_timeout_s=60, run_timeout_s=120, workers=1)
+    base.update(kw)
+    return gate.GateSpec(**base)
+
+
+TOY = {"toy/__init__.py": "def f(x):\n    return x + 1\n"}
+
+
+def test_outcomes_are_recorded_per_test(tmp_path: Path) -> None:
+    """Passed, failed, skipped, xfailed and deselected ids are all recorded with messages."""
+    root = tree(tmp_path, {**TOY, "tests/test_a.py": (
+        "import pytest\nfrom toy import f\n"
+        "def test_ok():\n    assert f(1) == 2\n"
+        "def test_bad():\n    assert f(1) == 3, 'off by one'\n"
+        "@pytest.mark.skip(reason='not here')\ndef test_skip():\n    pass\n"
+        "@pytest.mark.xfail\ndef test_xf():\n    assert False\n"
+        "def test_other():\n    pass\n")})
+    run = gate.run(spec(select="not other"), root, tmp_path / "out", tmp_path / "cache", tag="t")
+    assert run.counts == {"passed": 1, "failed": 1, "skipped": 1, "xfailed": 1}
+    assert run.deselected == ["tests/test_a.py::test_other"]
+    assert run.bad_ids == ["tests/test_a.py::test_bad"]
+    bad = run.tests["tests/test_a.py::test_bad"]
+    assert "off by one" in bad["message"]
+    assert not run.green and not run.crashed and not run.timed_out
+    gate.check_imports(run, root)
+
+
+def test_a_crash_is_measured_with_the_running_test(tmp_path: Path) -> None:
+    """A process that dies mid-run keeps the finished tests and names the one that was running."""
+    root = tree(tmp_path, {**TOY, "tests/test_a.py": (
+        "import os\ndef test_1():\n    pass\ndef test_2():\n    os.abort()\ndef test_3():\n    pass\n")})
+    run = gate.run(spec(), root, tmp_path / "out", tmp_path / "cache", tag="t")
+    assert run.crashed and not run.green
+    assert run.running_at_end == "tests/test_a.py::test_2"
+    assert run.tests["tests/test_a.py::test_1"]["outcome"] == "passed"
+    assert set(run.bad_ids) == {"tests/test_a.py::test_2", "tests/test_a.py::test_3"}
+
+
+def test_a_hang_is_a_measured_timeout(tmp_path: Path) -> None:
+    """A test that never returns is killed at the run timeout and recorded, not an error."""
+    root = tree(tmp_path, {**TOY, "tests/test_a.py": "import time\ndef test_hang():\n    time.sleep(600)\n"})
+    run = gate.run(spec(test_timeout_s=600, run_timeout_s=5), root, tmp_path / "out", tmp_path / "cache", tag="t")
+    assert run.timed_out and not run.green
+    assert run.bad_ids == ["tests/test_a.py::test_hang"]
+    assert "timed out" in run.summary()
+
+
+def test_per_test_timeout_fails_that_test(tmp_path: Path) -> None:
+    root = tree(tmp_path, {**TOY, "tests/test_a.py": "import time\ndef test_slow():\n    time.sleep(30)\n"
+                           "def test_fast():\n    pass\n"})
+    run = gate.run(spec(test_timeout_s=2), root, tmp_path / "out", tmp_path / "cache", tag="t")
+    assert run.tests["tests/test_a.py::test_slow"]["outcome"] == "failed"
+    assert "Timeout" in run.tests["tests/test_a.py::test_slow"]["message"]
+    assert run.tests["tests/test_a.py::test_fast"]["outcome"] == "passed"
+
+
+def test_an_empty_selection_is_a_config_error(tmp_path: Path) -> None:
+    root = tree(tmp_path, {**TOY, "tests/test_a.py": "def test_1():\n    pass\n"})
+    with pytest.raises(ConfigError, match="no test was collected"):
+        gate.run(spec(select="nothing_matches"), root, tmp_path / "out", tmp_path / "cache", tag="t")
+
+
+def test_a_collection_error_is_measured(tmp_path: Path) -> None:
+    """An import error in the code under test is a result (the candidate broke it), with the message."""
+    root = tree(tmp_path, {"toy/__init__.py": "raise ImportError('candidate broke the module')\n",
+                           "tests/test_a.py": "from toy import f\ndef test_1():\n    pass\n"})
+    run = gate.run(spec(), root, tmp_path / "out", tmp_path / "cache", tag="t")
+    assert not run.green and run.collect_errors
+    assert "candidate broke the module" in run.collect_errors[0]["message"]
+
+
+def test_code_imported_from_outside_the_worktree_is_refused(tmp_path: Path) -> None:
+    """If the tested package comes from anywhere but the worktree, the run is an error."""
+    # os is imported at interpreter start-up, before the worktree is on sys.path: the
+    # worktree's os.py can never be the one in use, exactly the situation to refuse
+    root = tree(tmp_path, {"os.py": "", "tests/test_a.py": "import os\ndef test_1():\n    pass\n"})
+    run = gate.run(spec(), root, tmp_path / "out", tmp_path / "cache", tag="t")
+    with pytest.raises(ProvenanceMismatch, match="'os' was imported from"):
+        gate.check_imports(run, root)
+
+
+def test_forbidden_environment_variable_is_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tree(tmp_path, {**TOY, "tests/test_a.py": "def test_1():\n    pass\n"})
+    monkeypatch.setenv("FLA_CI_ENV", "1")
+    with pytest.raises(ConfigError, match="FLA_CI_ENV"):
+        gate.run(spec(forbid_env=("FLA_CI_ENV",)), root, tmp_path / "out", tmp_path / "cache", tag="t")
+
+
+def test_configuration_above_the_worktree_does_not_leak(tmp_path: Path) -> None:
+    """pytest's rootdir and conftest search stay inside the worktree."""
+    (tmp_path / "pyproject.toml").write_text("[tool.pytest.ini_options]\naddopts = '-x --bogus-flag'\n")
+    (tmp_path / "conftest.py").write_text("raise RuntimeError('outer conftest was imported')\n")
+    root = tree(tmp_path, {**TOY, "tests/test_a.py": "def test_1():\n    pass\n"})
+    run = gate.run(spec(), root, tmp_path / "out", tmp_path / "cache", tag="t")
+    assert run.green, run.summary()
+    assert run.collected == ["tests/test_a.py::test_1"]

@@ -1,0 +1,64 @@
+"""Verdict rules: the first gate that did not pass decides; CPU is SMOKE; GO needs the whole protocol."""
+
+from __future__ import annotations
+
+import pytest
+
+from kgate import verdict
+from kgate.records import Gate, StageResult, build_record
+
+ORDER = ("target", "baseline_tests", "fixture_freeze", "candidate_build", "candidate_gate")
+
+
+def rec(stage: str, status: str = "pass", gpu: str = "cpu") -> dict:
+    g = Gate(f"{stage}_gate", "holds", "measured", status, detail=None if status == "pass" else "why it failed")
+    return build_record(stage=stage, campaign="c", gpu=gpu, candidate="0123456789ab" if "candidate" in stage else None,
+                        result=StageResult(gates=[g]), provenance={})
+
+
+def test_cpu_run_with_every_gate_passing_is_smoke() -> None:
+    v = verdict.compute([rec(s) for s in ORDER], campaign="c", gpu="cpu", candidate="0123456789ab")
+    assert v["verdict"] == "SMOKE"
+    assert "never yields GO" in v["sentence"]
+    assert verdict.EXIT[v["verdict"]] == 3
+
+
+def test_gpu_run_missing_protocol_stages_is_inconclusive_not_go() -> None:
+    v = verdict.compute([rec(s, gpu="h200") for s in ORDER], campaign="c", gpu="h200", candidate="0123456789ab")
+    assert v["verdict"] == "INCONCLUSIVE"
+    assert "profile_baseline" in v["sentence"] and "bench" in v["sentence"]
+
+
+def test_gpu_run_with_the_whole_protocol_passing_is_go() -> None:
+    v = verdict.compute([rec(s, gpu="h200") for s in verdict.PROTOCOL], campaign="c", gpu="h200",
+                        candidate="0123456789ab", implemented=verdict.PROTOCOL)
+    assert v["verdict"] == "GO"
+
+
+@pytest.mark.parametrize(("status", "word"), [("fail", "NO-GO"), ("stop", "STOPPED"),
+                                              ("inconclusive", "INCONCLUSIVE"), ("unavailable", "INCONCLUSIVE")])
+def test_first_bad_gate_decides_and_blocks_later_stages(status: str, word: str) -> None:
+    records = [rec("target"), rec("baseline_tests"), rec("fixture_freeze", status)]
+    v = verdict.compute(records, campaign="c", gpu="h200", candidate=None)
+    assert v["verdict"] == word
+    assert v["decided_by"] == {"stage": "fixture_freeze", "gate": "fixture_freeze_gate"}
+    assert "why it failed" not in v["sentence"] or status != "pass"
+    by = {s["stage"]: s for s in v["stages"]}
+    assert by["candidate_gate"]["status"] == "not_run"
+    assert by["candidate_gate"]["why"] == f"blocked by fixture_freeze: fixture_freeze_gate {status}"
+
+
+def test_a_failure_on_cpu_is_still_no_go() -> None:
+    """Correctness measured under the interpreter is real: a wrong candidate is NO-GO on CPU too."""
+    records = [rec(s) for s in ORDER[:-1]] + [rec("candidate_gate", "fail")]
+    assert verdict.compute(records, campaign="c", gpu="cpu", candidate="0123456789ab")["verdict"] == "NO-GO"
+
+
+def test_a_forced_run_past_a_stop_is_never_go() -> None:
+    records = [rec(s, gpu="h200") for s in verdict.PROTOCOL]
+    records[3] = rec("profile_baseline", "stop", gpu="h200")
+    v = verdict.compute(records, campaign="c", gpu="h200", candidate="0123456789ab", forced=True,
+                        implemented=verdict.PROTOCOL)
+    assert v["verdict"] == "STOPPED"
+    by = {s["stage"]: s for s in v["stages"]}
+    assert by["bench"]["status"] == "pass"
