@@ -13,8 +13,11 @@ include: "workflow/rules/common.smk"
 include: "workflow/rules/target.smk"
 include: "workflow/rules/baseline_tests.smk"
 include: "workflow/rules/fixture_freeze.smk"
+include: "workflow/rules/profile_baseline.smk"
 include: "workflow/rules/candidate_build.smk"
 include: "workflow/rules/candidate_gate.smk"
+include: "workflow/rules/profile_candidate.smk"
+include: "workflow/rules/bench.smk"
 include: "workflow/rules/report.smk"
 
 

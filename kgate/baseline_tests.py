@@ -64,7 +64,7 @@ def run(ctx: Context) -> StageResult:
     wt = paths.worktree(c.name, gpu, "baseline")
     verify_worktree(wt, target["data"]["baseline_sha"])
     spec = ctx.gate_spec()
-    cache = paths.triton_cache(c.name, gpu, "base")
+    cache = paths.triton_cache(c.name, gpu, "gate")
     first = gate.run(spec, wt, ctx.out_dir, cache, tag="run1")
     gate.check_imports(first, wt)
     history = {} if first.green else rerun_failures(ctx, spec, first, wt, cache, c.data["gate"]["reruns"])

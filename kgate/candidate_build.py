@@ -86,12 +86,22 @@ def ruff_findings(worktree: Path, files: list[str], select: str | None) -> list[
     if not present:
         return []
     cmd = [sys.executable, "-m", "ruff", "check", "--output-format=json", "--no-cache", "--exit-zero"]
+    if not _has_ruff_config(worktree):
+        # no configuration of the target's own: never pick up one from a folder above the worktree
+        cmd.append("--isolated")
     if select:
         cmd += ["--select", select]
     proc = subprocess.run(cmd + present, cwd=worktree, capture_output=True, text=True)
     if proc.returncode != 0:
         raise ProvenanceMismatch(f"ruff could not run in {worktree}: {proc.stderr.strip()[-300:]}")
     return json.loads(proc.stdout or "[]")
+
+
+def _has_ruff_config(root: Path) -> bool:
+    if (root / "ruff.toml").exists() or (root / ".ruff.toml").exists():
+        return True
+    py = root / "pyproject.toml"
+    return py.exists() and "[tool.ruff" in py.read_text(errors="replace")
 
 
 def _finding_key(f: dict[str, Any], worktree: Path) -> tuple[str, str, str]:

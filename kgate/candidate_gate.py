@@ -72,7 +72,7 @@ def run(ctx: Context) -> StageResult:
     verify_worktree(wt, build["data"]["candidate_sha"])
     verify_frozen(wt, fx["data"]["manifest"])
     spec = ctx.gate_spec()
-    cache = paths.triton_cache(c.name, gpu, "candidate")
+    cache = paths.triton_cache(c.name, gpu, "gate")
     main = gate.run(spec, wt, ctx.out_dir, cache, tag="gate")
     gate.check_imports(main, wt)
     gates = []

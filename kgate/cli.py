@@ -87,13 +87,9 @@ def build_parser() -> argparse.ArgumentParser:
     vp.add_argument("--gpu", default="cpu")
     cp = sub.add_parser("candidate-id", help="print the candidate's content hash")
     cp.add_argument("campaign")
-    try:
-        from kgate import doctor
-    except ImportError:
-        doctor = None
-    if doctor is not None:
-        dp = sub.add_parser("doctor", help="preflight: fail in seconds on a broken setup")
-        doctor.add_arguments(dp)
+    from kgate import doctor
+    dp = sub.add_parser("doctor", help="preflight: fail in seconds on a broken setup")
+    doctor.add_arguments(dp)
     return p
 
 

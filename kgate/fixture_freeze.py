@@ -41,7 +41,7 @@ def run(ctx: Context) -> StageResult:
                           f"(allowed: {fx['test_paths']})")
     bench_base = gitops.commit_all(wt, f"kgate: fixture for {c.name} ({fx['overlay']})")
     spec = ctx.gate_spec()
-    cache = paths.triton_cache(c.name, gpu, "base")
+    cache = paths.triton_cache(c.name, gpu, "gate")
     first = gate.run(spec, wt, ctx.out_dir, cache, tag="run1")
     gate.check_imports(first, wt)
     history = {} if first.green else rerun_failures(ctx, spec, first, wt, cache, c.data["gate"]["reruns"])

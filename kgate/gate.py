@@ -1,8 +1,8 @@
 """Running a correctness gate: the target's own pytest files in a worker process.
 
 Method: pytest runs in a fresh process with cwd = the arm's worktree and
-PYTHONPATH = only that worktree's source folders (an inherited PYTHONPATH is
-dropped and recorded), its own Triton cache, a per-test timeout
+PYTHONPATH = that worktree's source folders first (then kgate's folder and the
+inherited entries; where the target was imported from is verified), its own Triton cache, a per-test timeout
 (pytest-timeout) and a whole-run timeout. ``kgate.outcomes_plugin`` records
 every collected id and outcome as the run goes, so a crash or a hang still
 leaves the finished tests and the id that was running. On CPU the Triton
@@ -17,6 +17,7 @@ and a target imported from outside the worktree are infrastructure errors.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -25,7 +26,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from kgate.errors import ConfigError, KgateError, ProvenanceMismatch
 
@@ -114,13 +115,18 @@ class GateRun:
 
 
 def build_env(spec: GateSpec, worktree: Path, triton_cache: Path) -> dict[str, str]:
-    """The worker's environment: inherited, minus PYTHONPATH, plus kgate's settings."""
+    """The worker's environment: inherited, with the worktree first on PYTHONPATH, plus kgate's settings."""
     for name in spec.forbid_env:
         if name in os.environ:
             raise ConfigError(f"gate.forbid_env: variable {name} is set in the environment; unset it and rerun")
     env = dict(os.environ)
-    env.pop("PYTHONPATH", None)
-    env["PYTHONPATH"] = os.pathsep.join(str((worktree / p).resolve()) for p in spec.python_path)
+    # the worktree first; then the folder holding kgate (for its pytest plugins); then what was
+    # inherited (tools installed into a target folder). A copy of the target's package further
+    # down the path can never win, and check_imports proves where it came from.
+    entries = [str((worktree / p).resolve()) for p in spec.python_path]
+    entries.append(str(Path(__file__).resolve().parent.parent))
+    entries += [e for e in env.get("PYTHONPATH", "").split(os.pathsep) if e and e not in entries]
+    env["PYTHONPATH"] = os.pathsep.join(entries)
     env["TRITON_CACHE_DIR"] = str(triton_cache.resolve())
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["PYTHONUNBUFFERED"] = "1"
@@ -160,13 +166,14 @@ def run(spec: GateSpec, worktree: Path, out_dir: Path, triton_cache: Path, *, ta
         fh.flush()
         proc = subprocess.Popen(cmd, cwd=worktree, env=env, stdout=fh, stderr=subprocess.STDOUT,
                                 start_new_session=True)
-        try:
-            code: int | None = proc.wait(timeout=spec.run_timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            code = None
+        with _forward_signals(proc):
+            try:
+                code: int | None = proc.wait(timeout=spec.run_timeout_s)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                code = None
     wall = time.time() - start
     state = _read_outcomes(outcomes, log)
     crashed = code is not None and (code < 0 or (code not in (0, 1, 2, 3, 4, 5)))
@@ -183,6 +190,24 @@ def run(spec: GateSpec, worktree: Path, out_dir: Path, triton_cache: Path, *, ta
                    running_at_end=state.get("running"), imports=state.get("imports", {}),
                    env={k: env[k] for k in ("PYTHONPATH", "TRITON_CACHE_DIR", "TRITON_INTERPRET") if k in env},
                    log=str(log), outcomes_path=str(outcomes), junit_path=str(junit), interp=interp)
+
+
+@contextlib.contextmanager
+def _forward_signals(proc: subprocess.Popen[bytes]) -> Iterator[None]:
+    """While the worker runs, SIGTERM/SIGINT (scancel, Ctrl-C, a workflow shutting down) kill
+    its whole process group and end this stage as an error: nothing is left running and no
+    half-measured record is written."""
+    def handler(signum: int, _frame: object) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise KgateError(f"interrupted by signal {signal.Signals(signum).name}; the gate run was killed")
+    old = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, h in old.items():
+            signal.signal(sig, h)
 
 
 def _has_pytest_config(root: Path) -> bool:

@@ -61,6 +61,7 @@ def has_commit(repo: Path, sha: str) -> bool:
 
 def commit_tree_from_dir(repo: Path, src_dir: Path, message: str) -> str:
     """Commit the files of ``src_dir`` as a root commit in bare ``repo``; return its SHA."""
+    repo = repo.resolve()
     index = repo / "kgate-import.index"
     env = {"GIT_INDEX_FILE": str(index.resolve()), "GIT_WORK_TREE": str(src_dir.resolve()), **COMMIT_ENV}
     try:

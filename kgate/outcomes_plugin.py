@@ -72,12 +72,15 @@ class _Recorder:
                 t["outcome"] = "failed"
             elif report.skipped:
                 t["outcome"] = "skipped"
-        elif report.failed:
+        elif report.failed and t["outcome"] in ("passed", "skipped"):
+            # a setup/teardown failure; a failed call stays "failed" (its message comes first)
             t["outcome"] = "error"
         elif report.skipped and report.when == "setup":
             t["outcome"] = "xfailed" if hasattr(report, "wasxfail") else "skipped"
-        if report.failed or (report.skipped and t["message"] is None):
+        if (report.failed or report.skipped) and t["message"] is None:
             t["message"] = _text(report)
+        elif report.failed:
+            t["message"] = (t["message"] + "\n--- " + report.when + " ---\n" + _text(report))[-_MAX_MSG:]
         if report.when == "teardown":
             self.state["running"] = None
             self._write()

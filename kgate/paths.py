@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-STAGES = ("target", "baseline_tests", "fixture_freeze", "candidate_build", "candidate_gate")
-CANDIDATE_STAGES = frozenset({"candidate_build", "candidate_gate"})
+STAGES = ("target", "baseline_tests", "fixture_freeze", "profile_baseline", "candidate_build", "candidate_gate",
+          "profile_candidate", "bench")
+CANDIDATE_STAGES = frozenset({"candidate_build", "candidate_gate", "profile_candidate", "bench"})
 
 
 def stage_dir(campaign: str, gpu: str, stage: str, candidate: str | None = None) -> Path:
@@ -45,11 +46,12 @@ def worktree(campaign: str, gpu: str, arm: str) -> Path:
     return work(campaign, gpu) / "wt" / arm
 
 
-def triton_cache(campaign: str, gpu: str, code: str) -> Path:
-    """One Triton cache per body of production code: 'base' is shared by
-    baseline_tests and fixture_freeze (same kernels), 'candidate' by every
-    candidate iteration (Triton keys its cache by kernel source)."""
-    return work(campaign, gpu) / "triton" / code
+def triton_cache(campaign: str, gpu: str, use: str) -> Path:
+    """Triton caches per use. 'gate' is shared by every correctness stage
+    (baseline_tests, fixture_freeze, candidate_gate): Triton keys compiled
+    kernels and autotune results by kernel source, so the candidate only
+    compiles what it changed. Timed stages get one cache per arm."""
+    return work(campaign, gpu) / "triton" / use
 
 
 def report_dir(campaign: str, gpu: str) -> Path:

@@ -67,14 +67,17 @@ def add_common_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--test-timeout-s", type=int, default=900, help="Per-test timeout unless the campaign sets one.")
     p.add_argument("--workers", type=int, default=1, help="pytest-xdist workers for gate runs (1 = no xdist).")
     p.add_argument("--sdist-cache", default="work/cache/sdists", help="Folder of pinned sdists.")
+    p.add_argument("--force", action="store_true",
+                   help="Run past an input whose status is 'stop' (config force=true); the verdict stays STOPPED.")
 
 
-def load_inputs(records: list[str]) -> dict[str, dict[str, Any]]:
-    """Read input records by stage; a previous gate that did not pass blocks this stage."""
+def load_inputs(records: list[str], force: bool = False) -> dict[str, dict[str, Any]]:
+    """Read input records by stage; a previous gate that did not pass blocks this stage
+    (a 'stop' does not block a forced run)."""
     out = {}
     for r in records:
         rec = read_record(r)
-        if rec["status"] != "pass":
+        if rec["status"] != "pass" and not (force and rec["status"] == "stop"):
             raise IncompleteData(f"blocked: input {r} has status '{rec['status']}' "
                                  f"({'; '.join(rec['reasons'][:2])}); this stage does not run past a failed gate")
         out[rec["stage"]] = rec
@@ -86,7 +89,7 @@ def execute(stage: str, fn: StageFn, args: argparse.Namespace) -> int:
     overrides = {"target_path": args.target_path, "candidate": args.candidate_source}
     camp = campaign_mod.load(args.campaign_file, overrides)
     dev = device_mod.check_class(args.gpu)
-    inputs = load_inputs(args.input_record)
+    inputs = load_inputs(args.input_record, force=bool(getattr(args, "force", False)))
     ctx = Context(campaign=camp, gpu=args.gpu, candidate=args.candidate, args=args,
                   device=dev.as_dict(), inputs=inputs)
     result = fn(ctx)

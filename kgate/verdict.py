@@ -62,9 +62,7 @@ def compute(records: list[dict[str, Any]], *, campaign: str, gpu: str, candidate
                 decided = {"stage": stage, "gate": bad["name"] if bad else None}
                 word = WORD.get(rec["status"], "INCONCLUSIVE")
                 blocker = f"{stage}: {bad['name'] if bad else rec['status']} {rec['status']}"
-                sentence = f"{stage} {_fmt(bad) if bad else rec['status']}"
-                if rec["reasons"]:
-                    sentence += f" — {rec['reasons'][0]}"
+                sentence = f"{stage}: {_fmt(bad)}" if bad else f"{stage}: {rec['status']}"
             continue
         if blocker and not forced:
             why = f"blocked by {blocker}"

@@ -1,0 +1,50 @@
+"""CPU setup for fla (flash-linear-attention) under kgate's interpreter shim.
+
+Run by ``-p kgate.interp_plugin --kgate-setup <this file>`` after
+``kgate.interp.install()`` and before any conftest or test module is imported.
+The plugin executes the file, then calls ``setup()`` and records its result.
+
+Why: with no GPU driver, fla detects ``device_platform == 'cpu'``, but for
+torch >= 2.4 its device module then rewrites ``device`` to ``'cuda'`` and
+``device_torch_lib`` to ``torch.cuda``. Tests that allocate with
+``device=fla.utils.device`` would ask for CUDA tensors, and upstream's
+``tests/conftest.py`` calls ``device_torch_lib.synchronize()`` after each test.
+``setup()`` points both names back at the CPU in every already-imported
+``fla.utils`` module that defines them (``fla.utils`` plus ``hardware`` in the
+0.6.0 wheels, ``_device`` in the git tree), so later ``from fla.utils import
+device`` sees ``'cpu'``. The ops themselves never read these names.
+
+It also sets ``torch.set_num_threads(1)``: the oracle's float64 reference
+works on tiny tensors, and on a loaded 2-core machine PyTorch's OpenMP
+threads spin against the interpreter and other jobs (measured: one
+T=128/D=64 reference 0.2 s with 1 thread, 1.3-7.4 s with 2).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+
+
+def setup() -> dict[str, object]:
+    """Point fla's device names at the CPU; return what was changed."""
+    import fla.utils
+
+    platform = getattr(fla.utils, "device_platform", None)
+    if platform != "cpu":
+        msg = (f"fla detected device_platform={platform!r}; this CPU setup is only for runs without a GPU "
+               "driver (TRITON_INTERPRET=1 on a CPU machine)")
+        raise RuntimeError(msg)
+    patched = {}
+    for name in sorted(sys.modules):
+        module = sys.modules[name]
+        if (name == "fla.utils" or name.startswith("fla.utils.")) and hasattr(module, "device_torch_lib"):
+            patched[name] = {"device": getattr(module, "device", None),
+                             "device_torch_lib": getattr(module.device_torch_lib, "__name__", None)}
+            module.device = "cpu"
+            module.device_torch_lib = torch.cpu
+    threads_before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    return {"device_platform": platform, "device": "cpu", "device_torch_lib": "torch.cpu", "before": patched,
+            "torch_threads": {"before": threads_before, "after": 1}}

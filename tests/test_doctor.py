@@ -1,0 +1,265 @@
+"""``python -m kgate doctor``: unit tests with canned command output, then the real
+local cluster (scripts/slurm-local.sh start) where one answers."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kgate import doctor
+from kgate.doctor import Check, Proc
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def fake(answers: dict[tuple[str, ...], Proc]):
+    """A Runner answering by command prefix; anything else is 'not found'."""
+    calls: list[list[str]] = []
+
+    def run(cmd, timeout):
+        calls.append(list(cmd))
+        for prefix, proc in answers.items():
+            if tuple(cmd[: len(prefix)]) == prefix:
+                return proc
+        return Proc(127, "", f"{cmd[0]}: command not found")
+
+    run.calls = calls  # type: ignore[attr-defined]
+    return run
+
+
+def ok(out: str) -> Proc:
+    return Proc(0, out, "")
+
+
+# ------------------------------------------------------------------ unit: partition
+
+
+def test_missing_partition_names_it_and_lists_known_ones():
+    run = fake({("sinfo", "-h", "-p"): ok(""), ("sinfo", "-h", "-o", "%P"): ok("debug*\ngpu\n")})
+    c = doctor.check_partition("nope", run, slurm=True)
+    assert c == Check("slurm_partition", "fail", "partition 'nope' does not exist (partitions here: debug, gpu)")
+
+
+def test_partition_down_or_without_usable_nodes():
+    run = fake({("sinfo", "-h", "-p"): ok("gpu|down|4|idle\n")})
+    assert "is not up" in doctor.check_partition("gpu", run, slurm=True).message
+    run = fake({("sinfo", "-h", "-p"): ok("gpu|up|3|drained\ngpu|up|1|down*\n")})
+    c = doctor.check_partition("gpu", run, slurm=True)
+    assert c.status == "fail" and "no usable node" in c.message and "3 drained" in c.message
+
+
+def test_partition_up():
+    run = fake({("sinfo", "-h", "-p"): ok("gpu|up|2|mixed\ngpu|up|1|drained\n")})
+    assert doctor.check_partition("gpu", run, slurm=True) == Check(
+        "slurm_partition", "pass", "partition 'gpu' is up (2 mixed, 1 drained)")
+
+
+def test_partition_default_when_none_given():
+    run = fake({("sinfo", "-h", "-o", "%P"): ok("cpu\ngpu*\n"), ("sinfo", "-h", "-p"): ok("gpu|up|1|idle\n")})
+    assert "'gpu'" in doctor.check_partition(None, run, slurm=True).message
+
+
+def test_no_slurm_skips_unless_a_partition_was_asked_for():
+    assert doctor.check_partition(None, fake({}), slurm=False).status == "skip"
+    c = doctor.check_partition("gpu", fake({}), slurm=False, explicit=True)
+    assert c.status == "fail" and "'gpu'" in c.message
+
+
+def test_sinfo_error_is_one_line():
+    run = fake({("sinfo",): Proc(1, "", "slurm_load_partitions: Unable to contact slurm controller (connect failure)\n")})
+    c = doctor.check_partition("gpu", run, slurm=True)
+    assert c.status == "fail" and "Unable to contact slurm controller" in c.message and "\n" not in c.message
+
+
+# ------------------------------------------------------------------ unit: GPU model
+
+
+@pytest.mark.parametrize("gres,types", [
+    ("gpu:h200:8(S:0-1)", {"h200"}), ("gpu:tesla:2", {"tesla"}), ("gpu:4", {""}), ("gpu", {""}),
+    ("gpu:b300:4,shard:8", {"b300"}), ("(null)", set()), ("gpu:nvidia_h200:4(S:0),gpu:a100:2", {"nvidia_h200", "a100"}),
+])
+def test_parse_gres_types(gres, types):
+    assert doctor.parse_gres_types(gres) == types
+
+
+SINFO_NODES = "n1|gpu:h200:8(S:0-1)|h200,ib\nn2|gpu:h200:8(S:0-1)|h200,ib\n"
+
+
+def test_gpu_model_offered_by_gres_or_feature():
+    run = fake({("sinfo", "-h", "-N"): ok(SINFO_NODES)})
+    assert doctor.check_gpu_model("gpu", "h200", None, run=run, slurm=True).status == "pass"
+    assert doctor.check_gpu_model("gpu", "H200", "ib", run=run, slurm=True).status == "pass"
+    c = doctor.check_gpu_model("gpu", "b300", None, run=run, slurm=True)
+    assert c.status == "fail" and "'b300'" in c.message and "'gpu'" in c.message and "h200" in c.message
+    c = doctor.check_gpu_model("gpu", None, "h200&nvlink", run=run, slurm=True)
+    assert c.status == "fail" and "nvlink" in c.message
+
+
+def test_gpu_partition_without_gpus():
+    run = fake({("sinfo", "-h", "-N"): ok("c1|(null)|cpu\n")})
+    assert doctor.check_gpu_model("cpu", None, None, require_gpu=True, run=run, slurm=True).status == "fail"
+    assert doctor.check_gpu_model("cpu", None, None, run=run, slurm=True).status == "skip"
+
+
+# ------------------------------------------------------------------ unit: status polling
+
+
+def config(storage: str, min_age: str) -> Proc:
+    return ok(f"AccountingStorageType   = {storage}\nMinJobAge               = {min_age}\nKillWait = 5 sec\n")
+
+
+def test_sacct_without_accounting_fails_with_the_fix():
+    run = fake({("scontrol",): config("accounting_storage/none", "300 sec")})
+    c = doctor.check_status_polling("sacct", run=run, slurm=True)
+    assert c.status == "fail" and "--slurm-status-command squeue" in c.message
+
+
+def test_sacct_with_accounting():
+    run = fake({("scontrol",): config("accounting_storage/slurmdbd", "300 sec"), ("sacct",): ok("")})
+    assert doctor.check_status_polling(None, run=run, slurm=True).status == "pass"
+
+
+def test_squeue_needs_min_job_age():
+    run = fake({("scontrol",): config("accounting_storage/none", "300 sec")})
+    assert doctor.check_status_polling("squeue", 5, run=run, slurm=True).status == "pass"
+    run = fake({("scontrol",): config("accounting_storage/none", "60 sec")})
+    c = doctor.check_status_polling("squeue", 40, run=run, slurm=True)
+    assert c.status == "fail" and "120" in c.message and "hangs without accounting" in c.message
+
+
+# ------------------------------------------------------------------ unit: paths, GPU skips, profile
+
+
+def test_target_path(tmp_path):
+    assert doctor.check_target_path(None).status == "skip"
+    assert doctor.check_target_path(str(tmp_path)).status == "pass"
+    c = doctor.check_target_path(str(tmp_path / "missing"))
+    assert c.status == "fail" and "missing" in c.message
+
+
+def test_caches(tmp_path):
+    assert doctor.check_caches([str(tmp_path / "a" / "b")]).status == "pass"
+    (tmp_path / "file").write_text("x")
+    c = doctor.check_caches([str(tmp_path / "file" / "sub")])
+    assert c.status == "fail" and "file/sub" in c.message
+
+
+def test_gpu_checks_skip_on_cpu_and_fail_when_required():
+    cpu = (False, "cpu")
+    assert doctor.check_ncu(gpu=cpu).status == "skip"
+    assert doctor.check_gpu_arch(gpu=cpu).status == "skip"
+    assert doctor.check_ncu(gpu=cpu, require_gpu=True).status == "fail"
+    assert doctor.check_gpu_arch(gpu=cpu, require_gpu=True).status == "fail"
+
+
+def test_gpu_arch_failure_is_reported(monkeypatch):
+    run = fake({(sys.executable,): Proc(1, "", "Traceback ...\nRuntimeError: no kernel image is available\n")})
+    c = doctor.check_gpu_arch(gpu=(True, "NVIDIA B300"), run=run)
+    assert c.status == "fail" and "no kernel image" in c.message and "B300" in c.message
+
+
+def test_profiles_carry_the_site_facts():
+    site = doctor.read_profile(REPO / "profiles" / "slurm")
+    res = site["default-resources"]
+    assert res["slurm_partition"] == "gpu" and res["gpu_model"] == "h200"
+    assert site["slurm-status-command"] == "sacct"
+    local = doctor.read_profile(REPO / "profiles" / "slurm-local")
+    assert local["default-resources"]["slurm_partition"] == "debug"
+    assert local["slurm-status-command"] == "squeue"
+    for prof in ("slurm", "slurm-local", "local"):
+        res = doctor.read_profile(REPO / "profiles" / prof)["default-resources"]
+        assert res["runtime"] == "120" and res["test_timeout_s"] == "900" and res["gpu"] == "0"
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    doctor.add_arguments(p)
+    return p.parse_args(list(argv))
+
+
+def test_flags_win_over_profile():
+    site = doctor.site_from_args(parse("--profile", str(REPO / "profiles/slurm"), "--gpu-model", "b300"))
+    assert site.partition == "gpu" and site.gpu_model == "b300" and site.status_command == "sacct"
+    assert site.init_seconds == 30
+
+
+# ------------------------------------------------------------------ the real local cluster
+
+
+def cluster_state() -> str | None:
+    """None when a cluster answers, else why not."""
+    if shutil.which("sinfo") is None:
+        return "no Slurm here: sinfo not on PATH (start one with scripts/slurm-local.sh start)"
+    p = subprocess.run(["sinfo", "-h", "-o", "%P"], capture_output=True, text=True, timeout=30)
+    if p.returncode != 0:
+        return f"sinfo found but no cluster answers ({p.stderr.strip()[:120]}); run scripts/slurm-local.sh start"
+    return None
+
+
+CLUSTER_STATE = cluster_state()  # sinfo waits ~10 s when no controller answers: ask once
+needs_cluster = pytest.mark.skipif(CLUSTER_STATE is not None, reason=str(CLUSTER_STATE))
+
+
+def kgate_doctor(*argv: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    return subprocess.run([sys.executable, "-m", "kgate", "doctor", *argv], capture_output=True, text=True,
+                          cwd=cwd, env=env, timeout=120)
+
+
+@pytest.mark.slurm
+@needs_cluster
+def test_cluster_missing_partition_fails_fast(tmp_path):
+    t0 = time.monotonic()
+    p = kgate_doctor("--partition", "nope", "--cache-dir", str(tmp_path / "c"), "--json", str(tmp_path / "d.json"))
+    took = time.monotonic() - t0
+    assert p.returncode == 2, p.stdout + p.stderr
+    line = next(ln for ln in p.stdout.splitlines() if "slurm_partition" in ln)
+    assert line.startswith("FAIL") and "'nope'" in line and "does not exist" in line
+    assert took < 15, f"doctor took {took:.1f} s"
+    data = json.loads((tmp_path / "d.json").read_text())
+    assert data["schema"] == "kgate.doctor/1" and data["ok"] is False
+    assert {"name": "slurm_partition", "status": "fail"}.items() <= data["checks"][0].items()
+
+
+@pytest.mark.slurm
+@needs_cluster
+def test_cluster_local_profile_passes(tmp_path):
+    target = tmp_path / "target"
+    target.mkdir()
+    p = kgate_doctor("--profile", "profiles/slurm-local", "--target-path", str(target),
+                     "--cache-dir", str(tmp_path / "cache"))
+    assert p.returncode == 0, p.stdout + p.stderr
+    out = p.stdout
+    for name in ("slurm_partition", "slurm_gpu", "slurm_status", "target_path", "caches", "compute_node"):
+        assert any(ln.startswith("PASS") and f" {name} " in ln for ln in out.splitlines()), out
+
+
+@pytest.mark.slurm
+@needs_cluster
+def test_cluster_wrong_gpu_model_and_missing_target(tmp_path):
+    p = kgate_doctor("--partition", "debug", "--gpu-model", "b300", "--target-path", str(tmp_path / "nowhere"),
+                     "--cache-dir", str(tmp_path / "c"))
+    assert p.returncode == 2
+    lines = {ln.split()[1]: ln for ln in p.stdout.splitlines() if ln[:4] in ("PASS", "FAIL", "SKIP")}
+    assert lines["slurm_gpu"].startswith("FAIL") and "'b300'" in lines["slurm_gpu"] and "tesla" in lines["slurm_gpu"]
+    assert lines["target_path"].startswith("FAIL")
+    assert lines["compute_node"].startswith("FAIL") and "unreadable" in lines["compute_node"]
+
+
+@pytest.mark.slurm
+@needs_cluster
+def test_cluster_status_command_matches_accounting(tmp_path):
+    conf = doctor.parse_scontrol_config(subprocess.run(["scontrol", "show", "config"], capture_output=True,
+                                                       text=True, timeout=30).stdout)
+    accounting = not conf.get("AccountingStorageType", "").endswith("/none")
+    c = doctor.check_status_polling("sacct", 30)
+    assert c.status == ("pass" if accounting else "fail"), c.message
+    assert doctor.check_status_polling("squeue", 5).status == "pass"
