@@ -87,9 +87,17 @@ def build_parser() -> argparse.ArgumentParser:
     vp.add_argument("--gpu", default="cpu")
     cp = sub.add_parser("candidate-id", help="print the candidate's content hash")
     cp.add_argument("campaign")
+    xp = sub.add_parser("compare", help="one campaign's gates and rows side by side across device classes")
+    xp.add_argument("campaign", help="campaign name (results/<campaign>/)")
+    xp.add_argument("--gpus", default=None, help="comma-separated device classes, in column order (default: all)")
+    xp.add_argument("--root", default=".", help="the folder holding results/ and reports/ (default: .)")
+    xp.add_argument("--candidate", default=None, help="candidate id to align the columns on")
     from kgate import doctor
     dp = sub.add_parser("doctor", help="preflight: fail in seconds on a broken setup")
     doctor.add_arguments(dp)
+    from kgate import audit
+    ap = sub.add_parser("audit", help="overlap of campaigns on one target (exit 0 none, 1 overlap, 2 error)")
+    audit.add_arguments(ap)
     return p
 
 
@@ -107,9 +115,15 @@ def main(argv: list[str] | None = None) -> int:
             return verdict.check(args.check, args.gpu)
         if args.stage == "candidate-id":
             return cmd_candidate_id(args)
+        if args.stage == "compare":
+            from kgate import compare
+            return compare.run_cli(args)
         if args.stage == "doctor":
             from kgate import doctor
             return doctor.run_doctor(args)
+        if args.stage == "audit":
+            from kgate import audit
+            return audit.run_audit(args)
     except KgateError as exc:
         print(f"kgate: error: {exc}", file=sys.stderr)
         return 2

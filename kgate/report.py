@@ -16,6 +16,11 @@ Usage::
   ready to paste into an issue comment;
 - ``gates.junit.xml``: one testsuite per stage, one testcase per gate, for CI.
 
+When the campaign has records on other device classes too (``results/<campaign>/<gpu>/``
+for more than one ``gpu``), index.html and summary.md get a side-by-side
+section, one column per device class, built by ``kgate.compare``: each column
+from that device's own records only.
+
 ``verdict.json`` is written by ``kgate.verdict``, not here. The inputs follow
 the ``kgate.verdict/1`` and ``kgate.stage/1`` formats of docs/architecture.md;
 docs/report.md says where every number on the page comes from.
@@ -42,10 +47,11 @@ import posixpath
 import re
 import shlex
 import statistics
+import textwrap
 import xml.etree.ElementTree as ET
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -103,6 +109,7 @@ def render(
     out_dir: Path,
     *,
     history: list[dict[str, Any]] | None = None,
+    devices: Sequence[Any] | None = None,
 ) -> list[Path]:
     """Write index.html, summary.md and gates.junit.xml into out_dir and return their paths.
 
@@ -119,13 +126,20 @@ def render(
             ``{candidate, created_utc, numbers: {name: value}}`` plus any other
             fields (``verdict``, statuses, source), shown newest first with the
             change against the one before. Default: ``None``.
+        devices:
+            The other device classes' runs of this campaign (``kgate.compare.DeviceRun``),
+            shown side by side with this one. Default ``None``: read them from
+            ``results/<campaign>/*/`` when out_dir is the repository's
+            ``reports/<campaign>/<gpu>/`` folder (nothing otherwise); ``()`` for none.
 
     Raises:
         FormatVersionError: the verdict or a record carries another schema version.
         IncompleteData: a key the report needs is missing.
     """
     out_dir = Path(out_dir)
-    model = build_model(verdict, records, history or [], root=_repo_root(out_dir, verdict))
+    root = _repo_root(out_dir, verdict)
+    model = build_model(verdict, records, history or [], root=root)
+    model = replace(model, devices=_devices(verdict, records, root, devices))
     out_dir.mkdir(parents=True, exist_ok=True)
     outputs = (
         ("index.html", render_html(model)),
@@ -138,6 +152,22 @@ def render(
         atomic_write_text(path, text)
         paths.append(path)
     return paths
+
+
+def _devices(
+    verdict: Mapping[str, Any], records: Sequence[Mapping[str, Any]], root: Path | None, devices: Sequence[Any] | None
+) -> Any:
+    """The comparison across device classes (this one first), or None when there is no other device."""
+    from kgate import compare
+
+    if devices is None:
+        if root is None:
+            return None
+        devices = compare.other_devices(root, verdict["campaign"], verdict["gpu"], verdict.get("candidate"))
+    others = [d for d in devices if d.gpu != verdict["gpu"]]
+    if not others:
+        return None
+    return compare.build(verdict["campaign"], [compare.current_device(verdict, records), *others])
 
 
 def _repo_root(out_dir: Path, verdict: Mapping[str, Any]) -> Path | None:
@@ -158,20 +188,25 @@ class Links:
     campaign: str
     gpu: str
     root: Path | None = None
+    # the working directories the records were written in (provenance.cwd): the run's repository root
+    run_roots: tuple[str, ...] = ()
 
     @property
     def base(self) -> str:
         return f"reports/{self.campaign}/{self.gpu}"
 
     def href(self, path: Any) -> str | None:
-        return evidence_href(path, self.base, self.root)
+        return evidence_href(path, self.base, self.root, run_roots=self.run_roots)
 
     def short(self, path: Any) -> str:
         """The path without the repository root and ``results/<campaign>/<gpu>/`` (the link keeps it all)."""
         text = clean(path)
-        if self.root is not None and os.path.isabs(text):
-            root = self.root.as_posix().rstrip("/") + "/"
-            text = text[len(root):] if text.startswith(root) else text
+        if os.path.isabs(text):
+            roots = ([self.root.as_posix()] if self.root is not None else []) + list(self.run_roots)
+            for root in (r.rstrip("/") + "/" for r in roots):
+                if text.startswith(root):
+                    text = text[len(root):]
+                    break
         prefix = f"results/{self.campaign}/{self.gpu}/"
         return text[len(prefix):] if text.startswith(prefix) and len(text) > len(prefix) else text
 
@@ -222,6 +257,10 @@ class Model:
     jobs: list[tuple[str, str]]
     history_columns: list[str]
     history: list[dict[str, Any]]
+    # the device and software the records ran on, one line for the banner ("" when no record says)
+    device_line: str = ""
+    # kgate.compare.Comparison of this device and the campaign's other device classes, or None
+    devices: Any = None
 
 
 def build_model(
@@ -230,6 +269,7 @@ def build_model(
     history: Sequence[Mapping[str, Any]],
     *,
     root: Path | None = None,
+    devices: Any = None,
 ) -> Model:
     """Check the inputs and resolve links, stages and gates once for all three outputs."""
     if verdict.get("schema") != VERDICT_SCHEMA:
@@ -252,7 +292,7 @@ def build_model(
             raise IncompleteData(msg)
 
     campaign, gpu = verdict["campaign"], verdict["gpu"]
-    links = Links(campaign, gpu, root)
+    links = Links(campaign, gpu, root, _run_roots(records))
     candidate = verdict.get("candidate")
     by_stage = _records_by_stage(records, candidate)
     stages: list[Stage] = []
@@ -320,7 +360,35 @@ def build_model(
         jobs=_jobs(stages),
         history_columns=[clean(c) for c in _history_columns(history)],
         history=_history_rows(history, candidate),
+        device_line=_device_line(device, records),
+        devices=devices,
     )
+
+
+def _device_line(device: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> str:
+    """Device name, compute capability, driver, then the torch and triton versions of the first record that has them."""
+    parts = [str(device[k]) for k in ("name",) if device.get(k)]
+    if device.get("capability"):
+        parts.append(f"sm {device['capability']}")
+    if device.get("driver"):
+        parts.append(f"driver {device['driver']}")
+    if device.get("interpreter"):
+        parts.append("Triton interpreter")
+    versions = next((v for r in records if isinstance(v := (r.get("provenance") or {}).get("versions"), Mapping)), {})
+    parts += [f"{k} {versions[k]}" for k in ("torch", "triton") if versions.get(k)]
+    return clean(" · ".join(parts))
+
+
+def _run_roots(records: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
+    """The absolute working directories (provenance.cwd) the records were written in, each once."""
+    out: list[str] = []
+    for record in records:
+        cwd = (record.get("provenance") or {}).get("cwd")
+        if isinstance(cwd, str) and os.path.isabs(cwd) and len(Path(cwd).parts) > 1:
+            cwd = Path(cwd).as_posix().rstrip("/")
+            if cwd not in out:
+                out.append(cwd)
+    return tuple(out)
 
 
 def _headline(
@@ -536,20 +604,26 @@ def format_interval(interval: Any, unit: Any = None) -> str:
     return clean(text)
 
 
-def evidence_href(path: Any, base: str, root: Path | None = None) -> str | None:
+def evidence_href(
+    path: Any, base: str, root: Path | None = None, *, run_roots: Sequence[str] = ()
+) -> str | None:
     """A relative link from the report folder ``base`` to ``path`` (relative to the repository root).
 
     An absolute path under ``root`` (the repository root, when known) is made
-    relative to it; other absolute paths become file:// links. The result is
-    percent-encoded, so a path can never turn into another URL scheme or break
-    out of an attribute.
+    relative to it, and so is one under a ``run_roots`` folder (the working
+    directory a record was written in, ``provenance.cwd``: the repository root
+    of the run, which may have been another machine); other absolute paths
+    become file:// links. The result is percent-encoded, so a path can never
+    turn into another URL scheme or break out of an attribute.
     """
     if not isinstance(path, str) or not path.strip():
         return None
     if os.path.isabs(path):
-        if root is None or not Path(path).is_relative_to(root):
+        under = next((Path(r) for r in ([root] if root is not None else []) + [Path(r) for r in run_roots]
+                      if Path(path).is_relative_to(r)), None)
+        if under is None:
             return "file://" + quote(Path(path).as_posix(), errors="replace")
-        path = Path(path).relative_to(root).as_posix()
+        path = Path(path).relative_to(under).as_posix()
     rel = posixpath.relpath(posixpath.normpath(path.replace(os.sep, "/")), base)
     return quote(rel, errors="replace")
 
@@ -604,6 +678,16 @@ def render_summary(model: Model) -> str:
         lines.append(f"| {label} | {md_code(sha) if sha else '—'} | {md_escape(source)} |")
     if model.jobs:
         lines += ["", "Jobs: " + " · ".join(f"{md_escape(stage)}: {md_escape(job)}" for stage, job in model.jobs)]
+    if model.devices is not None:
+        lines += ["", "Across devices (each row from that device class's own records; index.html has every gate "
+                  "side by side):", "", "| device class | verdict | candidate | device | decided by |",
+                  "|---|---|---|---|---|"]
+        for d in model.devices.devices:
+            decided = (d.verdict or {}).get("decided_by") or {}
+            by = " / ".join(str(decided[k]) for k in ("stage", "gate") if decided.get(k)) or "—"
+            name = md_escape(d.gpu) + (" (this report)" if d.current else "")
+            lines.append(f"| {name} | {md_escape(d.word or '— (no verdict.json)')} | "
+                         f"{md_code(d.candidate) if d.candidate else '—'} | {md_escape(d.describe())} | {md_escape(by)} |")
     lines += ["", f"Report: {md_code(model.links.base + '/index.html')}", ""]
     return "\n".join(lines)
 
@@ -727,6 +811,24 @@ def _stage_view(stage: Stage, links: Links) -> dict[str, Any]:
     return view
 
 
+_PYTEST_E = re.compile(r"^E(?: |$)")
+_PYTEST_WHERE = re.compile(r"^\S+:\d+: [A-Za-z_][\w.]*$")
+
+
+def error_lines(message: str) -> str:
+    """The exception of a pytest failure message: its ``E`` lines and the ``file:line: Type`` line after them.
+
+    "" when the message has no ``E`` lines (then the whole message is the error).
+    """
+    lines = message.splitlines()
+    picked = [i for i, line in enumerate(lines) if _PYTEST_E.match(line)]
+    if not picked:
+        return ""
+    body = textwrap.dedent("\n".join(lines[i][1:] for i in picked)).strip("\n")
+    where = next((lines[i].strip() for i in range(picked[-1] + 1, len(lines)) if lines[i].strip()), "")
+    return body + ("\n" + where if _PYTEST_WHERE.match(where) else "")
+
+
 def _wall(record: Mapping[str, Any]) -> str:
     wall = (record.get("provenance") or {}).get("wall_s")
     return f"{wall:.1f} s" if _is_number(wall) else ""
@@ -746,13 +848,16 @@ def _tests_view(key: str, tests: list[Mapping[str, Any]], run: Mapping[str, Any]
     failures = [t for t in tests if t.get("outcome") in FAILED_OUTCOMES]
     others = [t for t in tests if t.get("outcome") not in FAILED_OUTCOMES]
 
-    def row(t: Mapping[str, Any]) -> dict[str, str]:
+    def row(t: Mapping[str, Any]) -> dict[str, Any]:
         duration = t.get("duration_s")
+        message = clean(t.get("message") or "")
         return {
             "nodeid": clean(t.get("nodeid", "")),
             "outcome": clean(t.get("outcome", "unknown")),
             "duration": f"{duration:.2f} s" if _is_number(duration) else "—",
-            "message": clean(t.get("message") or ""),
+            "message": message,
+            "error": error_lines(message),
+            "lines": message.count("\n") + 1,
         }
 
     facts: list[tuple[str, Node]] = []
@@ -833,9 +938,12 @@ def _provenance_rows(prov: Any) -> list[tuple[str, str]]:
             parts.append(f"sm {device['capability']}")
         if device.get("uuid"):
             parts.append(f"uuid {device['uuid']}")
+        if device.get("driver"):
+            parts.append(f"driver {device['driver']}")
         if device.get("interpreter"):
             parts.append("Triton interpreter")
-        extra = {k: v for k, v in device.items() if k not in ("class", "name", "capability", "uuid", "interpreter")}
+        known = ("class", "name", "capability", "uuid", "driver", "interpreter")
+        extra = {k: v for k, v in device.items() if k not in known}
         if extra:
             parts.append(_compact(extra))
         add("device", " · ".join(p for p in parts if p), "device")
@@ -844,7 +952,7 @@ def _provenance_rows(prov: Any) -> list[tuple[str, str]]:
     add("python", prov.get("python"), "python")
     versions = prov.get("versions")
     if isinstance(versions, Mapping):
-        versions = " · ".join(f"{k} {v}" for k, v in versions.items())
+        versions = " · ".join(f"{k} {format_value(v)}" for k, v in versions.items())
     add("versions", versions, "versions")
     for group in ("git", "env"):
         value = prov.get(group)

@@ -31,12 +31,16 @@ class Run:
     def name(self) -> str:
         return self.campaign.name
 
-    def cli_overrides(self) -> list[str]:
-        """Arguments that make a stage see the same campaign as the DAG did."""
+    def cli_overrides(self, *, candidate: bool = True) -> list[str]:
+        """Arguments that make a stage see the same campaign as the DAG did.
+
+        Baseline stages get no candidate override: it is not theirs, and as a
+        rule parameter it would rerun them whenever the candidate changes.
+        """
         out = []
         if self.config.get("target_path"):
             out += ["--target-path", self.config["target_path"]]
-        if self.config.get("candidate"):
+        if candidate and self.config.get("candidate"):
             out += ["--candidate-source", self.config["candidate"]]
         return out
 

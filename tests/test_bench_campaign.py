@@ -48,9 +48,9 @@ def test_profile_baseline_attributes_the_hypothesis_and_never_stops_on_cpu(ident
     for row in data["rows"]:
         assert row["removed"]["launches_per_call"] == 1.0
         assert "chunk_rwkv6_bwd_kernel_intra" in row["census"] and "chunk_rwkv6_bwd_kernel_inter" in row["census"]
-        assert all(t["found"] for t in row["temporaries"]) and row["expected_temporary_bytes"] == 2 * 32 * 16 * 4
+        assert all(t["found"] for t in row["temporaries"]) and row["expected_temporary_bytes"] == 2 * 16 * 16 * 4
         b = row["bound"]
-        assert b["removed_bytes"] == 2 * 2 * 32 * 16 * 4
+        assert b["removed_bytes"] == 2 * 2 * 16 * 16 * 4
         assert b["best_case_speedup"] == pytest.approx(b["endpoint_ms"] / (b["endpoint_ms"] - b["removable_ms"]))
         assert row["peak_bytes"] > 0 and row["timer"].startswith("Triton interpreter")
     assert data["launch_cost"]["per_launch_us"] > 0 and data["bandwidth"]["bytes_per_s"] > 0

@@ -88,6 +88,8 @@ def test_editing_the_candidate_reruns_only_candidate_stages(rwkv6_workdir: Workf
     """Snakemake's own dry run: after an edit of a candidate file only candidate stages and the report are due."""
     overlay = tmp_path / "cand"
     shutil.copytree(REPO / "kernels/rwkv6_bwd_fused/identity", overlay)
+    with (overlay / "identity.py").open("a") as fh:
+        fh.write("\n# iteration 1 of a candidate under edit\n")
     rwkv6_workdir.run(f"candidate=overlay:{overlay}")
     first = candidate_id(CAMPAIGN, f"overlay:{overlay}")
     quiet = rwkv6_workdir.run(f"candidate=overlay:{overlay}", args=("-n",))

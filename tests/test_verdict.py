@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kgate import verdict
+from kgate import paths, verdict
 from kgate.records import Gate, StageResult, build_record
 
 ORDER = ("target", "baseline_tests", "fixture_freeze", "candidate_build", "candidate_gate")
@@ -12,7 +12,7 @@ ORDER = ("target", "baseline_tests", "fixture_freeze", "candidate_build", "candi
 
 def rec(stage: str, status: str = "pass", gpu: str = "cpu") -> dict:
     g = Gate(f"{stage}_gate", "holds", "measured", status, detail=None if status == "pass" else "why it failed")
-    return build_record(stage=stage, campaign="c", gpu=gpu, candidate="0123456789ab" if "candidate" in stage else None,
+    return build_record(stage=stage, campaign="c", gpu=gpu, candidate="0123456789ab" if stage in paths.CANDIDATE_STAGES else None,
                         result=StageResult(gates=[g]), provenance={})
 
 

@@ -8,7 +8,7 @@ checkpoint baseline_tests:
         "logs/{campaign}/{gpu}/baseline_tests/record.log",
     params:
         campaign_file=CAMPAIGN_FILE,
-        overrides=OVERRIDES,
+        overrides=BASE_OVERRIDES,
         contract=RUN.campaign.section_hash("target", "gate"),
     resources:
         gpu=1,

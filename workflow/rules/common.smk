@@ -15,6 +15,7 @@ G = RUN.gpu
 H = RUN.candidate
 CAMPAIGN_FILE = str(RUN.campaign.path)
 OVERRIDES = RUN.cli_overrides()
+BASE_OVERRIDES = RUN.cli_overrides(candidate=False)
 REPORT = [str(paths.report_dir(C, G) / "index.html"), f"results/{C}/{G}/report/{H}/verdict.json"]
 
 wildcard_constraints:

@@ -9,7 +9,7 @@ checkpoint fixture_freeze:
         "logs/{campaign}/{gpu}/fixture_freeze/record.log",
     params:
         campaign_file=CAMPAIGN_FILE,
-        overrides=OVERRIDES,
+        overrides=BASE_OVERRIDES,
         contract=RUN.campaign.section_hash("target", "gate", "fixture", "frozen"),
         fixture=lambda wc: __import__("kgate.overlay", fromlist=["x"]).content_hash(
             RUN.campaign.data["fixture"]["overlay"], RUN.campaign.target_identity

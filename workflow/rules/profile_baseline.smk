@@ -8,7 +8,7 @@ checkpoint profile_baseline:
         "logs/{campaign}/{gpu}/profile_baseline/record.log",
     params:
         campaign_file=CAMPAIGN_FILE,
-        overrides=OVERRIDES,
+        overrides=BASE_OVERRIDES,
         contract=RUN.campaign.section_hash("measure", "profile"),
         inputs=lambda wc: __import__("kgate.measure", fromlist=["x"]).inputs_fingerprint(RUN.campaign),
     resources:

@@ -6,9 +6,28 @@ rule report:
     input:
         gated_records,
     output:
-        html="reports/{campaign}/{gpu}/index.html",
-        verdict="reports/{campaign}/{gpu}/verdict.json",
-        summary="reports/{campaign}/{gpu}/summary.md",
+        # also artefacts of Snakemake's own `snakemake --report`, which then carries kgate's report
+        html=report(
+            "reports/{campaign}/{gpu}/index.html",
+            caption="../report/index.rst",
+            category="kgate",
+            subcategory="{campaign} on {gpu}",
+            labels={"campaign": "{campaign}", "device": "{gpu}", "file": "index.html"},
+        ),
+        verdict=report(
+            "reports/{campaign}/{gpu}/verdict.json",
+            caption="../report/verdict.rst",
+            category="kgate",
+            subcategory="{campaign} on {gpu}",
+            labels={"campaign": "{campaign}", "device": "{gpu}", "file": "verdict.json"},
+        ),
+        summary=report(
+            "reports/{campaign}/{gpu}/summary.md",
+            caption="../report/summary.rst",
+            category="kgate",
+            subcategory="{campaign} on {gpu}",
+            labels={"campaign": "{campaign}", "device": "{gpu}", "file": "summary.md"},
+        ),
         junit="reports/{campaign}/{gpu}/gates.junit.xml",
         # keyed by the candidate id, so a new candidate always re-walks the gates
         iteration=f"results/{{campaign}}/{{gpu}}/report/{H}/verdict.json",

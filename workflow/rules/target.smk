@@ -9,7 +9,7 @@ checkpoint target:
         "logs/{campaign}/{gpu}/target/record.log",
     params:
         campaign_file=CAMPAIGN_FILE,
-        overrides=OVERRIDES,
+        overrides=BASE_OVERRIDES,
         contract=RUN.campaign.section_hash("target"),
         sdist_cache=RUN.config.get("sdist_cache", "work/cache/sdists"),
     shell:

@@ -1,0 +1,65 @@
+"""bench's GPU telemetry through nvidia-smi, against a stand-in ``nvidia-smi`` on PATH.
+
+The stand-in answers like a driver that renamed ``clocks_throttle_reasons`` to
+``clocks_event_reasons`` only in newer releases: it rejects the new name, so
+the probe must fall back to the old one. Every call's arguments are logged, so
+the test sees that each query names the GPU by UUID.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from kgate import measure
+
+FAKE_SMI = '''\
+#!{python}
+import sys
+args = " ".join(sys.argv[1:])
+with open({log!r}, "a") as fh:
+    fh.write(args + "\\n")
+if "--query-gpu=clocks_event_reasons.active" in args:
+    print('Field "clocks_event_reasons.active" is not a valid field to query.')
+    sys.exit(2)
+if "--query-gpu=clocks_throttle_reasons.active" in args:
+    print("0x0000000000000000")
+elif "--query-gpu=" in args:
+    print("1980, 3201, 512.34, 45, 0x0000000000000004")
+elif "--query-compute-apps" in args:
+    print("4242, python, 1234")
+    print("4243, python, 999")
+'''
+
+
+@pytest.mark.skipif(importlib.util.find_spec("pynvml") is not None, reason="pynvml is importable: NVML is used instead")
+def test_clocks_throttle_reasons_and_compute_apps_via_nvidia_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    log = tmp_path / "calls.log"
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text(FAKE_SMI.format(python=sys.executable, log=str(log)))
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{smi.parent}{os.pathsep}{os.environ['PATH']}")
+    tel = measure.Telemetry("GPU-1b2c3d4e", cpu=False)
+    assert tel.method.startswith("nvidia-smi")
+    sample = tel.sample()
+    assert sample is not None
+    assert (sample["sm_clock_mhz"], sample["mem_clock_mhz"], sample["power_w"], sample["temperature_c"]) == (
+        1980.0, 3201.0, 512.34, 45.0)
+    assert sample["throttle_reasons"] == "0x0000000000000004"
+    apps = tel.compute_apps()
+    assert [a["pid"] for a in apps] == [4242, 4243] and apps[0]["used_mib"] == 1234.0
+    assert measure.foreign_processes(apps, {4242, 4243})["foreign"] == []
+    assert [a["pid"] for a in measure.foreign_processes(apps, {4242})["foreign"]] == [4243]
+    calls = log.read_text().splitlines()
+    assert all("--id=GPU-1b2c3d4e" in c and "--format=csv,noheader,nounits" in c for c in calls)
+    assert any("clocks_throttle_reasons.active" in c and "clocks.sm" in c for c in calls)
+
+
+def test_cpu_telemetry_is_unavailable_not_invented() -> None:
+    tel = measure.Telemetry(None, cpu=True)
+    assert tel.sample() is None and tel.compute_apps() is None and tel.method.startswith("unavailable")
