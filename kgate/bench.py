@@ -468,9 +468,8 @@ def _measure(ctx: Context, spec: MeasureSpec, cfg: BenchConfig, plan: Plan, arms
                          "the GPU to itself (exclusive allocation)")
     rows = {row.name: row for _k, row, _m, _r in plan.items}
     hashes: dict[str, Any] = {}
-    for name in ("base", "cand"):
-        arms[name].send("prepare", rows=[r.values for r in rows.values()])
-    prepared = {name: arms[name].receive() for name in ("base", "cand")}
+    both = [arms["base"], arms["cand"]]
+    prepared = measure.ask_all(both, "prepare", rows=[r.values for r in rows.values()])
     for rname in rows:
         measure.compare_hashes("input", rname, {a: prepared[a][rname]["sha256"] for a in prepared})
         hashes[rname] = prepared["base"][rname]
@@ -481,8 +480,8 @@ def _measure(ctx: Context, spec: MeasureSpec, cfg: BenchConfig, plan: Plan, arms
         warm[key] = {a: arms[a].request("warm", row=row.name, mode=mode, calls=warm_calls) for a in ("base", "cand")}
         measure.compare_hashes("output-gradient", key, {a: warm[key][a]["grad_hashes"] for a in warm[key]})
         profiled[key] = {a: arms[a].request("profile", row=row.name, mode=mode, iterations=1) for a in ("base", "cand")}
-    autotune = {a: arms[a].request("autotune") for a in ("base", "cand")}
-    sources = {a: arms[a].request("sources") for a in ("base", "cand")}
+    autotune = measure.ask_all(both, "autotune")
+    sources = measure.ask_all(both, "sources")
 
     ckpt = ctx.out_dir / CHECKPOINT
     key_parts = {"schema": CHECKPOINT_SCHEMA, "bench_base": fx["data"]["bench_base"],
@@ -572,7 +571,8 @@ def exclusive_gate(recorded: list[dict[str, Any]], before: list[dict[str, Any]],
     if bad:
         return Gate(name, threshold, f"foreign processes after round(s) {bad}", "inconclusive", evidence=evidence,
                     detail="another process used the GPU during the benchmark; rerun on an exclusive allocation")
-    notes = {r["exclusive"].get("note") for r in recorded if (r.get("exclusive") or {}).get("note")}
+    notes = {c["note"] for c in before if c.get("note")}
+    notes |= {r["exclusive"]["note"] for r in recorded if (r.get("exclusive") or {}).get("note")}
     return Gate(name, threshold, f"{len(recorded)} round(s) checked" + (f" ({'; '.join(notes)})" if notes else ""),
                 "pass", evidence=evidence)
 

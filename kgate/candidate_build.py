@@ -63,13 +63,13 @@ def changed_functions(worktree: Path, added: dict[str, list[tuple[int, str]]]) -
             continue
         spans: list[tuple[int, int, str]] = []
 
-        def walk(node: ast.AST, prefix: str) -> None:
+        def walk(node: ast.AST, prefix: str, spans: list[tuple[int, int, str]] = spans) -> None:
             for child in ast.iter_child_nodes(node):
                 if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                     q = f"{prefix}{child.name}"
                     start = min([d.lineno for d in child.decorator_list] + [child.lineno])
                     spans.append((start, child.end_lineno or child.lineno, q))
-                    walk(child, q + ".")
+                    walk(child, q + ".", spans)
         walk(tree, "")
         for n, text in lines:
             inner = [s for s in spans if s[0] <= n <= s[1]]

@@ -9,6 +9,7 @@ the class its paths claim.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -44,13 +45,16 @@ def class_from_name(name: str) -> str:
     return re.sub(r"[^a-z0-9]", "", head)
 
 
-def detect(index: int = 0) -> Device:
-    """Ask nvidia-smi for GPU ``index``; no nvidia-smi or no GPU means ``cpu``."""
+def detect() -> Device:
+    """Ask nvidia-smi for the first GPU this process may use (the first entry of
+    CUDA_VISIBLE_DEVICES, an index or a UUID, else GPU 0); none means ``cpu``."""
     exe = shutil.which("nvidia-smi")
-    if exe is None:
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if exe is None or visible in ("", "-1"):
         return Device("cpu", "cpu", None, None, None)
+    first = visible.split(",")[0].strip() if visible else "0"
     q = "name,uuid,compute_cap,driver_version"
-    proc = subprocess.run([exe, f"--query-gpu={q}", "--format=csv,noheader", f"--id={index}"],
+    proc = subprocess.run([exe, f"--query-gpu={q}", "--format=csv,noheader", f"--id={first}"],
                           capture_output=True, text=True, timeout=60)
     if proc.returncode != 0 or not proc.stdout.strip():
         return Device("cpu", "cpu", None, None, None)

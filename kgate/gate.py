@@ -24,9 +24,10 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from kgate.errors import ConfigError, KgateError, ProvenanceMismatch
 

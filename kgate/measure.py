@@ -260,7 +260,7 @@ def load_spec(campaign: Campaign, gpu: str) -> MeasureSpec | None:
         campaign=campaign.name, cpu=cpu, callable=m["callable"], inputs=inputs, dtype=m["dtype"],
         seed=int(m["seed"]), differentiate=tuple(int(i) for i in m["differentiate"]),
         class_key=m["class_key"], classes=tuple(m["classes"]), bar=float(m["bar"]),
-        registry=None if cpu else m.get("registry"), explicit_rows=rows,
+        registry=m.get("registry"), explicit_rows=rows,
         removed=kernels["removed"], replaced=kernels.get("replaced"), replacement=kernels.get("replacement"),
         temporaries=temps, profile=d.get("profile") or {}, bench=d.get("bench") or {},
         cpu_settings=m["cpu"], cpu_setup=(ROOT / setup) if (cpu and setup) else None,
@@ -421,6 +421,13 @@ class Arm:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+
+
+def ask_all(arms: list[Arm], cmd: str, **args: Any) -> dict[str, dict[str, Any]]:
+    """The same request to every arm at once (for requests that time nothing), answers by arm name."""
+    for arm in arms:
+        arm.send(cmd, **args)
+    return {arm.name: arm.receive() for arm in arms}
 
 
 def worker_env(ctx: Any, worktree: Path, cache: Path) -> dict[str, str]:
@@ -600,6 +607,8 @@ def foreign_processes(apps: list[dict[str, Any]] | None, ours: set[int]) -> dict
         note = (f"{len(apps)} process(es) listed, none resolvable in this PID namespace and as many as our "
                 "workers: taken to be ours")
         foreign = []
+    elif not apps and ours:
+        note = "no compute process listed, not even our workers (a container hides them?): exclusivity unverified"
     return {"checked": True, "apps": apps, "ours": sorted(ours), "foreign": foreign, "note": note}
 
 

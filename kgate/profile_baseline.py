@@ -214,7 +214,8 @@ def run(ctx: Context) -> StageResult:
     (arm,) = measure.start_arms(ctx, spec, [("base", wt, cache)], deadline)
     try:
         reg_rows, registry = registry_rows(arm, spec)
-        table = measure.row_table(spec.explicit_rows, reg_rows)
+        # on CPU the registry is read (and recorded) but its GPU-scale rows are not run
+        table = measure.row_table(spec.explicit_rows, [] if spec.cpu else reg_rows)
         rows = spec.profile_rows(table)
         launch = arm.request("launch_cost", launches=LAUNCH_PROBE[kind])
         bw = arm.request("bandwidth", nbytes=BANDWIDTH_PROBE_BYTES[kind])

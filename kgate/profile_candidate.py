@@ -232,11 +232,9 @@ def run(ctx: Context) -> StageResult:
             table.append(pr)
             measure.progress(f"{row.name}: {pr['path']}, pair {_fmt(pr['pair_speedup'])}x, implied endpoint "
                              f"{_fmt(pr['implied_endpoint_speedup'])}x, peak drop {pr['peak_reduction_bytes']} B")
-        for arm in arms:
-            if arm is cand and failure:
-                continue
-            resources[arm.name] = arm.request("resources")
-            autotune[arm.name] = arm.request("autotune")
+        alive = [arm for arm in arms if not (arm is cand and failure)]
+        resources = measure.ask_all(alive, "resources")
+        autotune = measure.ask_all(alive, "autotune")
     finally:
         for arm in arms:
             arm.close()

@@ -10,9 +10,10 @@ record written, so nothing already measured is overwritten by a non-result).
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from kgate import campaign as campaign_mod
 from kgate import device as device_mod

@@ -16,6 +16,7 @@ A missing clone, SHA or hash mismatch is an infrastructure error (exit 2).
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import subprocess
 import sys
@@ -54,9 +55,15 @@ def fetch_sdist(requirement: str, expected_sha256: str, cache: Path) -> Path:
     cache.mkdir(parents=True, exist_ok=True)
     found = _find_sdist(cache, requirement)
     if found is None:
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-               "--disable-pip-version-check", "-q", requirement, "-d", str(cache)]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
+        # download into a private folder, then rename into the cache: two campaigns fetching
+        # the same sdist at once never see a half-written archive
+        with tempfile.TemporaryDirectory(dir=cache, prefix=".download-") as tmp:
+            cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+                   "--disable-pip-version-check", "-q", requirement, "-d", tmp]
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            got = _find_sdist(Path(tmp), requirement)
+            if got is not None:
+                os.replace(got, cache / got.name)
         found = _find_sdist(cache, requirement)
         if proc.returncode != 0 or found is None:
             tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]

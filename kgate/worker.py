@@ -211,13 +211,17 @@ def source_sha(fn: Any) -> str | None:
 
 
 def compiled_variants(funcs: dict[int, Any]) -> dict[tuple[int, str], Any]:
+    """Every compiled kernel of the given JIT functions, by (function id, specialisation key).
+
+    Triton >= 3.2 keeps them in ``device_caches[device][0]``; older releases in ``cache[device]``.
+    """
     out: dict[tuple[int, str], Any] = {}
     for fid, fn in funcs.items():
-        caches = getattr(fn, "device_caches", None)
-        if not caches:
-            continue
-        for _device, entry in list(caches.items()):
-            for key, kernel in list(entry[0].items()):
+        tables = [entry[0] for entry in list((getattr(fn, "device_caches", None) or {}).values())]
+        if not tables:
+            tables = list((getattr(fn, "cache", None) or {}).values())
+        for table in tables:
+            for key, kernel in list(table.items()):
                 if hasattr(kernel, "metadata"):
                     out[(fid, str(key))] = kernel
     return out

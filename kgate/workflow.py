@@ -53,7 +53,9 @@ def resolve(config: dict[str, Any]) -> Run:
     gpu = cfg.get("gpu", "auto")
     if gpu == "auto":
         gpu = device.detect().klass
-    return Run(campaign=camp, gpu=gpu, candidate=candidate.identity(camp), force=bool(cfg.get("force", False)),
+    force = cfg.get("force", False)
+    force = force if isinstance(force, bool) else force.lower() == "true"
+    return Run(campaign=camp, gpu=gpu, candidate=candidate.identity(camp), force=force,
                config=cfg)
 
 

@@ -14,7 +14,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from conftest import Workflow, candidate_id
 
 pytestmark = pytest.mark.campaign

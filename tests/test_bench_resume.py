@@ -16,12 +16,11 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import REPO
+from test_worker import toy_env, toy_init, toy_worktree
 
 from kgate import bench
 from kgate.errors import KgateError
-
-from conftest import REPO
-from test_worker import toy_env, toy_init, toy_worktree
 
 DRIVER = '''\
 import json, sys

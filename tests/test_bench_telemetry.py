@@ -63,3 +63,16 @@ def test_clocks_throttle_reasons_and_compute_apps_via_nvidia_smi(tmp_path: Path,
 def test_cpu_telemetry_is_unavailable_not_invented() -> None:
     tel = measure.Telemetry(None, cpu=True)
     assert tel.sample() is None and tel.compute_apps() is None and tel.method.startswith("unavailable")
+
+
+def test_the_exclusivity_gate_reads_every_round() -> None:
+    from kgate.bench import exclusive_gate
+
+    clean = [{"index": i, "exclusive": {"checked": True, "foreign": [], "note": None}} for i in range(5)]
+    assert exclusive_gate(clean, [{"foreign": [], "note": None}], False, "e").status == "pass"
+    dirty = clean[:2] + [{"index": 2, "exclusive": {"checked": True, "foreign": [{"pid": 9}], "note": None}}]
+    g = exclusive_gate(dirty, [], False, "e")
+    assert g.status == "inconclusive" and "[3]" in g.value
+    hidden = [{"foreign": [], "note": "no compute process listed, not even our workers: exclusivity unverified"}]
+    assert "unverified" in exclusive_gate(clean, hidden, False, "e").value
+    assert exclusive_gate(clean, [], True, "e").status == "skip"

@@ -13,7 +13,6 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import REPO, Workflow, candidate_id, ran_rules
 
 pytestmark = pytest.mark.campaign

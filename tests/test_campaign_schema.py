@@ -9,11 +9,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import REPO
 
 from kgate import campaign
 from kgate.errors import ConfigError
-
-from conftest import REPO
 
 DEFAULT = REPO / "config" / "campaigns" / "rwkv6-bwd-fusion.yaml"
 
@@ -33,7 +32,8 @@ def write(tmp_path: Path, mutate) -> Path:
     (lambda d: d["gate"].update(tests=[]), "key 'gate.tests'"),
     (lambda d: d["gate"].pop("tests"), "'tests' is required"),
     (lambda d: d["target"]["pypi"].update(sha256="abc"), "key 'target.pypi.sha256'"),
-    (lambda d: d["target"].update(repo={"path": "/x", "baseline": "27967b97"}), "key 'target': needs exactly one of repo, pypi"),
+    (lambda d: d["target"].update(repo={"path": "/x", "baseline": "27967b97"}),
+     "key 'target': needs exactly one of repo, pypi"),
     (lambda d: d["candidate"].update(ref="main"), "key 'candidate': needs exactly one of overlay, ref, worktree"),
     (lambda d: d["gate"].update(reruns="two"), "key 'gate.reruns'"),
     (lambda d: d["fixture"].update(overlay="kernels/nope"), "key 'fixture.overlay': folder 'kernels/nope' does not exist"),

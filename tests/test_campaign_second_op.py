@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from conftest import Workflow, candidate_id
 
 pytestmark = pytest.mark.campaign

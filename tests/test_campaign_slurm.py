@@ -10,7 +10,6 @@ import shutil
 import subprocess
 
 import pytest
-
 from conftest import Workflow, candidate_id
 
 CAMPAIGN = "chunk-local-cumsum-identity"

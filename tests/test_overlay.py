@@ -29,7 +29,8 @@ def target(tmp_path: Path) -> Path:
 
 def test_create_append_replace(tmp_path: Path) -> None:
     d = make(tmp_path, "      - {path: pkg/new.py, create: new.py}\n      - {path: pkg/a.py, append: more.py}\n"
-             "      - {path: pkg/a.py, replace: {find: 'y = 2', with: 'y = 3'}}\n", {"new.py": "z = 0\n", "more.py": "w = 4\n"})
+             "      - {path: pkg/a.py, replace: {find: 'y = 2', with: 'y = 3'}}\n",
+             {"new.py": "z = 0\n", "more.py": "w = 4\n"})
     t = target(tmp_path)
     touched = overlay.apply(overlay.select(d, "pypi:x==1"), t)
     assert touched == ["pkg/new.py", "pkg/a.py", "pkg/a.py"]

@@ -15,8 +15,7 @@ import pytest
 
 from kgate import campaign, measure
 from kgate.measure import Row
-from kgate.profile_baseline import (analyse, attribute_temporaries, bound_gate, kernel_table, plausibility,
-                                    structural_gates)
+from kgate.profile_baseline import analyse, attribute_temporaries, bound_gate, kernel_table, plausibility, structural_gates
 from kgate.profile_candidate import candidate_gates, class_resources, hidden_kernels, pair_gate, pair_row
 from kgate.worker import occupancy
 
@@ -217,3 +216,16 @@ def test_campaign_rows_and_classes_resolve(tmp_path: Path) -> None:
                                                          "B8_T2048_H32_D256", "varlen_D128"]
     assert {r.klass(SPEC.class_key) for r in table.values()} == {64, 128, 256} == set(SPEC.classes)
     assert {r.kind for r in SPEC.gated_rows(table)} == {"dense", "varlen"}
+
+
+@pytest.mark.parametrize(("gpu", "status", "record_status"), [("cpu", "skip", "pass"), ("h200", "unavailable", "unavailable")])
+def test_a_campaign_without_a_measure_section_measures_nothing(gpu: str, status: str, record_status: str) -> None:
+    """No measure section: nothing is timed; a CPU smoke goes on, a GPU run can never be GO on it."""
+    from types import SimpleNamespace
+
+    from kgate.profile_baseline import not_measured
+
+    assert measure.load_spec(campaign.load("chunk-local-cumsum-identity"), gpu) is None
+    result = not_measured(SimpleNamespace(gpu=gpu), "bench")  # type: ignore[arg-type]
+    assert [g.status for g in result.gates] == [status] and result.status == record_status
+    assert result.data == {"measured": False}

@@ -14,10 +14,10 @@ import sys
 import time
 from pathlib import Path
 
+from conftest import REPO
+
 from kgate import stage
 from kgate.errors import IncompleteData
-
-from conftest import REPO
 
 CAMPAIGN = "rwkv6-bwd-fusion"
 

@@ -12,8 +12,8 @@ ORDER = ("target", "baseline_tests", "fixture_freeze", "candidate_build", "candi
 
 def rec(stage: str, status: str = "pass", gpu: str = "cpu") -> dict:
     g = Gate(f"{stage}_gate", "holds", "measured", status, detail=None if status == "pass" else "why it failed")
-    return build_record(stage=stage, campaign="c", gpu=gpu, candidate="0123456789ab" if stage in paths.CANDIDATE_STAGES else None,
-                        result=StageResult(gates=[g]), provenance={})
+    cid = "0123456789ab" if stage in paths.CANDIDATE_STAGES else None
+    return build_record(stage=stage, campaign="c", gpu=gpu, candidate=cid, result=StageResult(gates=[g]), provenance={})
 
 
 def test_cpu_run_with_every_gate_passing_is_smoke() -> None:

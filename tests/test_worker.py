@@ -13,12 +13,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import REPO
 
 from kgate import measure
 from kgate.errors import ProvenanceMismatch
 from kgate.measure import Arm, Deadline, WorkerFailure
-
-from conftest import REPO
 
 TOY_PACKAGE = '''\
 import os
@@ -232,6 +231,10 @@ class TestForeignProcesses:
         assert same["foreign"] == [] and "PID namespace" in same["note"]
         assert measure.foreign_processes(unresolvable, {10})["foreign"] == unresolvable
 
+    def test_an_empty_list_with_workers_running_is_unverified_not_exclusive(self) -> None:
+        out = measure.foreign_processes([], {10, 11})
+        assert out["foreign"] == [] and "unverified" in out["note"]
+
     def test_cpu_has_nothing_to_check(self) -> None:
         assert measure.foreign_processes(None, {1}) == {"checked": False, "foreign": [], "note": "no GPU"}
 
@@ -339,3 +342,17 @@ class TestRegistry:
                                                     "B4_T4096_H64_D128", "B8_T2048_H32_D256", "B8_T1024_H8_D64"]
         assert reg["op"]["inputs"]["u"]["requires_grad"] is False
         assert reg["op"]["inputs"]["w"]["transform"] == "log_sigmoid"
+
+
+def test_the_flush_kernel_zeroes_its_whole_buffer_under_the_interpreter(tmp_path: Path) -> None:
+    """kgate_l2_flush (the GPU's L2 flush) run by Triton's interpreter: every element of an odd-sized buffer is 0."""
+    import subprocess
+
+    code = ("from kgate import interp; interp.install()\n"
+            "import torch\nfrom kgate import measure_kernels\n"
+            "buf = torch.ones(3 * measure_kernels.FLUSH_BLOCK + 5, dtype=torch.int32)\n"
+            "measure_kernels.flush(buf)\nprint(int(buf.abs().sum()), buf.numel())\n")
+    env = dict(os.environ, PYTHONPATH=str(REPO), TRITON_CACHE_DIR=str(tmp_path / "cache"))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["0", str(3 * 4096 + 5)]
