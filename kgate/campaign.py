@@ -182,7 +182,7 @@ def _check_paths(data: dict[str, Any], path: Path) -> None:
     if data["gate"].get("cpu_setup"):
         kgate_path("gate.cpu_setup", data["gate"]["cpu_setup"], False)
     pypi = data["target"].get("pypi")
-    if pypi and pypi.get("gate_suite"):
-        kgate_path("target.pypi.gate_suite", pypi["gate_suite"], True)
+    for suite in (pypi or {}).get("gate_suite") or []:
+        kgate_path("target.pypi.gate_suite", suite, True)
     if "ref" in data["candidate"] and "repo" not in data["target"]:
         raise ConfigError(f"{path}: key 'candidate.ref': a git ref candidate needs a target.repo")

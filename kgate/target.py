@@ -27,7 +27,7 @@ from typing import Any
 
 from kgate import gitops, paths
 from kgate.campaign import ROOT, Campaign
-from kgate.errors import TargetError
+from kgate.errors import ConfigError, TargetError
 from kgate.records import Gate, StageResult
 from kgate.stage import Context
 
@@ -89,18 +89,22 @@ def materialize_pypi(c: Campaign, repo: Path, cache: Path) -> dict[str, Any]:
     sdist = fetch_sdist(spec["requirement"], spec["sha256"], cache)
     with tempfile.TemporaryDirectory() as tmp:
         top = _extract(sdist, Path(tmp))
-        suite = spec.get("gate_suite")
-        if suite:
+        suites = spec.get("gate_suite") or []
+        copied: set[Path] = set()
+        for suite in suites:
             src = ROOT / suite
             for f in sorted(src.rglob("*")):
                 if f.is_file() and "__pycache__" not in f.parts:
                     d = top / f.relative_to(src)
+                    if d in copied:
+                        raise ConfigError(f"target.pypi.gate_suite: {f.relative_to(src)} is in more than one folder")
                     d.parent.mkdir(parents=True, exist_ok=True)
                     shutil.copyfile(f, d)
+                    copied.add(d)
         gitops.init_bare(repo)
         msg = f"kgate: import {spec['requirement']} (sdist sha256 {spec['sha256']})"
-        if suite:
-            msg += f" + gate suite {suite}"
+        if suites:
+            msg += f" + gate suite {', '.join(suites)}"
         sha = gitops.commit_tree_from_dir(repo, top, msg)
     gitops.set_ref(repo, f"refs/heads/{paths.branch(c.name, 'baseline')}", sha)
     return {"kind": "pypi", "requirement": spec["requirement"], "sdist": str(sdist), "sdist_sha256": spec["sha256"],

@@ -171,7 +171,7 @@ def test_missing_timed_sections_are_said_to_be_none_declared(tmp_path) -> None:
 def test_different_targets_are_never_compared(tmp_path) -> None:
     other = _campaign(tmp_path, "rwkv6-bwd-fusion", "rwkv6-next",
                       target={"pypi": {"requirement": "fla_core==0.6.1", "sha256": "0" * 64,
-                                       "gate_suite": "kernels/rwkv6_bwd_fused/oracle"}})
+                                       "gate_suite": ["kernels/rwkv6_bwd_fused/oracle"]}})
     result = audit.audit(["rwkv6-bwd-fusion", str(other)])
     assert [t["campaigns"] for t in result["targets"]] == [["rwkv6-bwd-fusion"], ["rwkv6-next"]]
     assert result["exit"] == 0

@@ -55,12 +55,18 @@ def _jit(kernel: Any) -> Any:
     return kernel
 
 
-def _autotune_configs(kernel: Any) -> list[tuple[dict[str, int], int, int]]:
+def _autotune_configs(kernel: Any, dtype: str) -> list[tuple[dict[str, int], int, int]]:
+    """The configs the kernel's autotuner would time for q of ``dtype`` (its own early pruning applied)."""
+    import torch
     from triton.runtime.autotuner import Autotuner
 
     while not isinstance(kernel, Autotuner):
         kernel = kernel.fn
-    return [(dict(c.kwargs), c.num_warps, c.num_stages) for c in kernel.configs]
+    configs = kernel.configs
+    if kernel.early_config_prune is not None:
+        q = torch.empty(0, dtype={"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype])
+        configs = kernel.early_config_prune(configs, {"q": q})
+    return [(dict(c.kwargs), c.num_warps, c.num_stages) for c in configs]
 
 
 def _ptxas(ptx: str, cc: int) -> dict[str, int]:
@@ -123,7 +129,7 @@ def main() -> int:
     inter_types = dict(io, **f32, dq="*fp32", dk="*fp32", dq2="*fp32", dk2="*fp32", cu_seqlens="*i64",
                        chunk_indices="*i64", scale="fp32", T="i32")
     kernels = [("fused", C.chunk_rwkv6_bwd_kernel_fused, fused_types, dict(BC=16, NC=4),
-                _autotune_configs(C.chunk_rwkv6_bwd_kernel_fused))]
+                _autotune_configs(C.chunk_rwkv6_bwd_kernel_fused, dt))]
     if args.inter:
         # fla's inter configs as a GPU host builds them: BK/BV in {32, 64} when check_shared_mem() passes
         # (H200, B200/B300); on this CPU host the module chose the small-memory list instead

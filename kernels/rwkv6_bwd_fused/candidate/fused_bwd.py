@@ -36,6 +36,14 @@ KGATE_FUSED_CONFIGS = (
     (16, 64, 8),
 )
 
+
+def _kgate_prune_configs(configs, named_args, **kwargs):
+    # FP32 inputs double the register share of the v/do tiles; only the 8-warp tilings with BK <= 32 stay
+    # spill-free for every D class there (README: "Schedule")
+    if named_args['q'].element_size() < 4:
+        return configs
+    return [c for c in configs if c.num_warps == 8 and c.kwargs['BK'] <= 32]
+
 def kgate_d_class(K: int) -> int | None:
     """The D class (64, 128 or 256) that holds head dim ``K``; ``None`` above 256."""
     return next((d for d in (64, 128, 256) if d >= K), None)
@@ -69,6 +77,7 @@ def kgate_fused_enabled(K: int, V: int, BT: int, varlen: bool, device) -> bool:
         for BK, BV, num_warps in KGATE_FUSED_CONFIGS
     ],
     key=['BT', 'K', 'V'],
+    prune_configs_by={'early_config_prune': _kgate_prune_configs},
     **autotune_cache_kwargs,
 )
 @triton.jit(do_not_specialize=['T'])
