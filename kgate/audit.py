@@ -62,7 +62,6 @@ NEVER_PUSHES = ("kgate never pushes branches or opens pull requests: its branche
                 "live only in its own clone work/<campaign>/<gpu>/target.git; what to upstream, and how, "
                 "is a person's decision")
 
-# --------------------------------------------------------------------------- glob intersection
 
 _STAR = "*"
 # characters tried first when building an example path, so examples read like paths
@@ -199,7 +198,6 @@ def pathspec_globs(spec: str) -> list[str]:
     return [g for base in bases for g in (base, base + "/*")]
 
 
-# --------------------------------------------------------------------------- campaigns
 
 @dataclass(frozen=True)
 class Audited:
@@ -311,7 +309,6 @@ def campaign_specs(arg: str | None) -> list[str]:
     return [str(f) for f in files]
 
 
-# --------------------------------------------------------------------------- pairs
 
 def _cross(globs_a: dict[str, list[str]], globs_b: dict[str, list[str]]) -> list[dict[str, str]]:
     """Every (entry of a, entry of b) whose globs intersect, with an example path."""
@@ -412,7 +409,6 @@ def audit(specs: list[str]) -> dict[str, Any]:
     }
 
 
-# --------------------------------------------------------------------------- rendering
 
 def _table(rows: list[list[list[str]]], indent: str = "  ") -> list[str]:
     """A plain-text table; each cell is a list of lines (one path per line)."""

@@ -57,7 +57,6 @@ CHECKPOINT = "rounds.jsonl"
 CHECKPOINT_SCHEMA = "kgate.bench-rounds/1"
 
 
-# --------------------------------------------------------------------------
 # what the gates read
 
 
@@ -285,7 +284,6 @@ def evaluate(outcomes: list[RowOutcome], cfg: BenchConfig, evidence: str, *, exc
     return timed + [gate_memory(gated, cfg, evidence)], est
 
 
-# --------------------------------------------------------------------------
 # checkpointed rounds
 
 
@@ -410,7 +408,6 @@ def run_rounds(arms: dict[str, Arm], plan: Plan, samples: int, telemetry: measur
                              f"{d.classification or ''}")
 
 
-# --------------------------------------------------------------------------
 # the stage
 
 

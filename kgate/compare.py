@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kgate.device import describe as describe_device
 from kgate.errors import FormatVersionError, IncompleteData, KgateError
 from kgate.records import STAGE_SCHEMA, VERDICT_SCHEMA
 from kgate.report import (
@@ -122,14 +123,8 @@ class DeviceRun:
 
     def describe(self) -> str:
         """The device in one line: name, compute capability, driver (or the interpreter)."""
-        d = self.device
-        parts = [str(d.get("name") or d.get("class") or self.gpu)]
-        if d.get("capability"):
-            parts.append(f"sm {d['capability']}")
-        if d.get("driver"):
-            parts.append(f"driver {d['driver']}")
-        if d.get("interpreter"):
-            parts.append("Triton interpreter")
+        d = dict(self.device)
+        parts = describe_device({**d, "name": d.get("name") or d.get("class") or self.gpu})
         return clean(" · ".join(parts))
 
     def stack(self) -> str:

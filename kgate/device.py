@@ -70,3 +70,15 @@ def check_class(expected: str) -> Device:
             f"this stage belongs to device class '{expected}' but runs on '{dev.klass}' ({dev.name}); "
             f"set --config gpu={dev.klass} or run it on a {expected} node")
     return dev
+
+
+def describe(device: dict[str, object]) -> list[str]:
+    """A recorded device in words: name, compute capability, driver, or the interpreter."""
+    parts = [str(device["name"])] if device.get("name") else []
+    if device.get("capability"):
+        parts.append(f"sm {device['capability']}")
+    if device.get("driver"):
+        parts.append(f"driver {device['driver']}")
+    if device.get("interpreter"):
+        parts.append("Triton interpreter")
+    return parts

@@ -103,7 +103,6 @@ class Site:
     profile: str | None = None
 
 
-# ------------------------------------------------------------------ profile
 
 
 def _unquote(v: object) -> str:
@@ -161,7 +160,6 @@ def site_from_args(args: argparse.Namespace) -> Site:
     )
 
 
-# ------------------------------------------------------------------ slurm checks
 
 
 def have_slurm() -> bool:
@@ -323,7 +321,6 @@ def check_status_polling(status_command: str | None, init_seconds: int = DEFAULT
     return Check(name, "fail", f"unknown status command '{cmd}' (sacct or squeue)")
 
 
-# ------------------------------------------------------------------ paths
 
 
 def check_target_path(path: str | None) -> Check:
@@ -392,7 +389,6 @@ def check_compute_node(site: Site, run: Runner = run_cmd, *, slurm: bool | None 
     return Check(name, "fail", f"could not run a job on partition '{partition}': {err}")
 
 
-# ------------------------------------------------------------------ GPU checks
 
 
 def gpu_visible() -> tuple[bool, str]:
@@ -507,7 +503,6 @@ def check_gpu_arch(*, gpu: tuple[bool, str] | None = None, require_gpu: bool = F
                                "compile and run for it")
 
 
-# ------------------------------------------------------------------ driver
 
 
 def run_checks(site: Site, run: Runner = run_cmd) -> list[Check]:

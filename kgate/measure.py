@@ -38,7 +38,6 @@ CPU_TIMING_NOTE = "CPU timings are not meaningful"
 TELEMETRY_FIELDS = ("clocks.sm", "clocks.mem", "power.draw", "temperature.gpu")
 
 
-# --------------------------------------------------------------------------
 # rows and expressions
 
 
@@ -127,7 +126,6 @@ def matching(names: dict[str, Any], rx: re.Pattern[str] | None) -> dict[str, Any
     return {k: v for k, v in names.items() if rx.search(k)}
 
 
-# --------------------------------------------------------------------------
 # the campaign's measure section
 
 
@@ -292,7 +290,6 @@ def sha256_file(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-# --------------------------------------------------------------------------
 # worker processes
 
 
@@ -483,7 +480,6 @@ def compare_hashes(kind: str, row: str, by_arm: dict[str, dict[str, str]]) -> No
                                  "must be deterministic in (row, seed, device, dtype)")
 
 
-# --------------------------------------------------------------------------
 # GPU telemetry and exclusivity (nvidia-smi, or pynvml when importable)
 
 
@@ -612,7 +608,6 @@ def foreign_processes(apps: list[dict[str, Any]] | None, ours: set[int]) -> dict
     return {"checked": True, "apps": apps, "ours": sorted(ours), "foreign": foreign, "note": note}
 
 
-# --------------------------------------------------------------------------
 # small helpers shared by the stages
 
 

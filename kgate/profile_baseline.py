@@ -45,7 +45,6 @@ CUDA_BLOCK_SLACK = 2**20
 FORMULA = "best case = endpoint / (endpoint - (removed launches x launch cost + removed bytes / bandwidth))"
 
 
-# --------------------------------------------------------------------------
 # arithmetic (pure; tests/test_profile_bound.py)
 
 
@@ -136,7 +135,6 @@ def bound_gate(rows: list[dict[str, Any]], bar: float, cpu: bool, evidence: str)
                 evidence=evidence, unit="x", detail=detail)
 
 
-# --------------------------------------------------------------------------
 # measuring one row on one arm (shared with profile_candidate)
 
 
@@ -178,7 +176,6 @@ def analyse(spec: MeasureSpec, row: Row, m: dict[str, Any], launch_us: float, by
     }
 
 
-# --------------------------------------------------------------------------
 # the stage
 
 

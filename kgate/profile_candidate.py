@@ -47,7 +47,6 @@ from kgate.records import Gate, StageResult
 from kgate.stage import Context
 from kgate.stats import summarize
 
-# --------------------------------------------------------------------------
 # arithmetic (pure; tests/test_profile_candidate.py)
 
 
@@ -172,7 +171,6 @@ def pair_gate(rows: list[dict[str, Any]], bar: float, cpu: bool, evidence: str) 
                 evidence=evidence, unit="x", detail=None if value >= bar else detail + f" < bar {bar}")
 
 
-# --------------------------------------------------------------------------
 # the stage
 
 

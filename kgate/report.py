@@ -59,6 +59,7 @@ from urllib.parse import quote
 import jinja2
 from markupsafe import Markup, escape
 
+from kgate.device import describe as describe_device
 from kgate.errors import FormatVersionError, IncompleteData
 from kgate.records import STAGE_SCHEMA, VERDICT_SCHEMA, atomic_write_text
 
@@ -367,13 +368,7 @@ def build_model(
 
 def _device_line(device: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> str:
     """Device name, compute capability, driver, then the torch and triton versions of the first record that has them."""
-    parts = [str(device[k]) for k in ("name",) if device.get(k)]
-    if device.get("capability"):
-        parts.append(f"sm {device['capability']}")
-    if device.get("driver"):
-        parts.append(f"driver {device['driver']}")
-    if device.get("interpreter"):
-        parts.append("Triton interpreter")
+    parts = describe_device(dict(device))
     versions = next((v for r in records if isinstance(v := (r.get("provenance") or {}).get("versions"), Mapping)), {})
     parts += [f"{k} {versions[k]}" for k in ("torch", "triton") if versions.get(k)]
     return clean(" · ".join(parts))

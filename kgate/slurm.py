@@ -120,7 +120,6 @@ def failure_message(state: str, job_id: str | int, log: str | Path | None) -> st
     return f"Slurm job {job_id} ended in state {s}; log: {log if log not in (None, '') else '(no log path known)'}"
 
 
-# ---------------------------------------------------------------- log paths
 
 
 def slurm_log_path(logdir: str | Path, rule: str, job_id: str | int, wildcards: str = "") -> Path:
@@ -182,7 +181,6 @@ def parse_snakemake_failures(text: str) -> list[SlurmFailure]:
     return out
 
 
-# ---------------------------------------------------------------- scontrol / squeue text
 
 
 def parse_scontrol_job(text: str) -> dict[str, str]:
@@ -208,7 +206,6 @@ def parse_state_table(text: str) -> dict[str, str]:
     return out
 
 
-# ---------------------------------------------------------------- provenance
 
 PROVENANCE_KEYS = (
     "job_id", "array_job_id", "array_task_id", "step_id", "node", "nodelist", "partition", "account",

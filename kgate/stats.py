@@ -168,7 +168,6 @@ EXACT_RELABELLINGS = 65_536
 MC_RELABELLINGS = 20_000
 
 
-# --------------------------------------------------------------------------
 # validation helpers
 
 
@@ -229,7 +228,6 @@ def _t_quantile_real(dof: float, confidence: float) -> float:
     return float(_sps.t.ppf(0.5 + confidence / 2.0, dof))
 
 
-# --------------------------------------------------------------------------
 # per-arm summary
 
 
@@ -291,7 +289,6 @@ def summarize(samples_ms: Sequence[float]) -> Summary:
     )
 
 
-# --------------------------------------------------------------------------
 # rounds
 
 
@@ -332,7 +329,6 @@ class Round:
         return {name: getattr(self, name) for name in self.__slots__}
 
 
-# --------------------------------------------------------------------------
 # exact randomisation intervals
 
 
@@ -553,7 +549,6 @@ def crossover_information(n: int) -> float:
     return 4.0 / (1.0 / ((n + 1) // 2) + 1.0 / (n // 2))
 
 
-# --------------------------------------------------------------------------
 # the paired estimate
 
 
@@ -825,7 +820,6 @@ def estimate_rounds(
     )
 
 
-# --------------------------------------------------------------------------
 # classification
 
 
@@ -889,7 +883,6 @@ def classify(
     )
 
 
-# --------------------------------------------------------------------------
 # adaptive controller
 
 
@@ -1153,7 +1146,6 @@ def decide(rounds_so_far: Sequence[Round], cfg: ControllerConfig | None = None) 
     )
 
 
-# --------------------------------------------------------------------------
 # geomean over rows
 
 

@@ -109,7 +109,6 @@ class State:
     info: dict[str, Any] = field(default_factory=dict)
 
 
-# --------------------------------------------------------------------------
 # helpers
 
 
@@ -227,7 +226,6 @@ def compiled_variants(funcs: dict[int, Any]) -> dict[tuple[int, str], Any]:
     return out
 
 
-# --------------------------------------------------------------------------
 # the worker
 
 

@@ -46,7 +46,6 @@ def _campaign(tmp: Path, base: str, name: str, **changes: object) -> Path:
     return path
 
 
-# --------------------------------------------------------------------------- glob intersection
 
 @pytest.mark.parametrize(("a", "b", "overlap"), [
     ("fla/ops/rwkv6/chunk.py", "fla/ops/rwkv6/chunk.py", True),
@@ -108,7 +107,6 @@ def test_frozen_pathspecs_cover_folders_and_globs() -> None:
     assert hits("a.py", "a.py") and not hits("a?py", "b.py")
 
 
-# --------------------------------------------------------------------------- the audit
 
 def test_shipped_campaigns_do_not_overlap() -> None:
     result = audit.audit(audit.campaign_specs(None))
@@ -196,7 +194,6 @@ def test_an_unloadable_campaign_is_an_error_exit_2(tmp_path) -> None:
     assert proc.returncode == 2 and "surprise" in proc.stderr
 
 
-# --------------------------------------------------------------------------- never pushes
 
 # git operations that write to, or talk to, another repository; and forges' CLIs and APIs
 _REMOTE_CALLS = [

@@ -39,7 +39,6 @@ def ok(out: str) -> Proc:
     return Proc(0, out, "")
 
 
-# ------------------------------------------------------------------ unit: partition
 
 
 def test_missing_partition_names_it_and_lists_known_ones():
@@ -79,7 +78,6 @@ def test_sinfo_error_is_one_line():
     assert c.status == "fail" and "Unable to contact slurm controller" in c.message and "\n" not in c.message
 
 
-# ------------------------------------------------------------------ unit: GPU model
 
 
 @pytest.mark.parametrize("gres,types", [
@@ -109,7 +107,6 @@ def test_gpu_partition_without_gpus():
     assert doctor.check_gpu_model("cpu", None, None, run=run, slurm=True).status == "skip"
 
 
-# ------------------------------------------------------------------ unit: status polling
 
 
 def config(storage: str, min_age: str) -> Proc:
@@ -135,7 +132,6 @@ def test_squeue_needs_min_job_age():
     assert c.status == "fail" and "120" in c.message and "hangs without accounting" in c.message
 
 
-# ------------------------------------------------------------------ unit: paths, GPU skips, profile
 
 
 def test_target_path(tmp_path):
@@ -191,7 +187,6 @@ def test_flags_win_over_profile():
     assert site.init_seconds == 30
 
 
-# ------------------------------------------------------------------ the real local cluster
 
 
 def cluster_state() -> str | None:

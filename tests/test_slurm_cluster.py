@@ -89,7 +89,6 @@ def slurm_logs(workdir: Path, rule: str) -> list[Path]:
 JOB = 'echo "$SLURM_JOB_ID $SLURMD_NODENAME ${{CUDA_VISIBLE_DEVICES:-none}}"'
 
 
-# ------------------------------------------------------------------ (a)
 
 SNAKEFILE_JOBS = """
 rule all:
@@ -146,7 +145,6 @@ def test_each_rule_runs_as_its_own_slurm_job(tmp_path):
     print(f"[timing] 3 jobs, 2 levels via Slurm: {took:.1f} s")
 
 
-# ------------------------------------------------------------------ (b)
 
 SNAKEFILE_CANCEL = """
 rule all:
@@ -210,7 +208,6 @@ def test_scancel_mid_run_then_rerun_keeps_finished_rules(tmp_path):
     print(f"[timing] run until cancel detected: {t1 - t0:.1f} s; rerun: {t2 - t1:.1f} s")
 
 
-# ------------------------------------------------------------------ (c)
 
 SNAKEFILE_TIMEOUT = """
 rule all:

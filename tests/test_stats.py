@@ -37,7 +37,6 @@ from kgate.stats import (
     summarize,
 )
 
-# ---------------------------------------------------------------------------
 # helpers
 
 
@@ -90,7 +89,6 @@ def estimate_with(point: float, lo: float, hi: float) -> object:
     return replace(base, speedup=point, lower=lo, upper=hi, log_ratio=math.log(point))
 
 
-# ---------------------------------------------------------------------------
 # summarize
 
 
@@ -143,7 +141,6 @@ def test_round_from_recorded_style_samples_uses_the_median() -> None:
     assert summarize(base).mean_ms > 1.03
 
 
-# ---------------------------------------------------------------------------
 # paired ratio: convention, validity, classification of clear cases
 
 
@@ -312,7 +309,6 @@ def test_distribution_free_samples_beyond_enumeration_deterministically() -> Non
     assert a.lower < est.speedup < a.upper
 
 
-# ---------------------------------------------------------------------------
 # drift and order effects
 
 
@@ -367,7 +363,6 @@ def test_order_effect_is_removed_and_reported() -> None:
     assert classify(est) == SAME
 
 
-# ---------------------------------------------------------------------------
 # classify
 
 
@@ -400,7 +395,6 @@ def test_classify_options() -> None:
         classify(est, resolution=0.0)  # type: ignore[arg-type]
 
 
-# ---------------------------------------------------------------------------
 # A/A behaviour
 
 
@@ -446,7 +440,6 @@ def test_sequential_correction_lowers_the_false_positive_rate() -> None:
     assert fp_pocock < fp_plain
 
 
-# ---------------------------------------------------------------------------
 # controller
 
 
@@ -527,7 +520,6 @@ def test_pocock_constants_match_published_values() -> None:
         pocock_constant([2.0, 1.0])
 
 
-# ---------------------------------------------------------------------------
 # clocks
 
 
@@ -556,7 +548,6 @@ def test_between_round_cv_warning_says_what_to_do() -> None:
     assert cv_warn and "exclusive node" in cv_warn[0]
 
 
-# ---------------------------------------------------------------------------
 # geomean
 
 
