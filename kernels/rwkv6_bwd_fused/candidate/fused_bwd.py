@@ -44,6 +44,7 @@ def _kgate_prune_configs(configs, named_args, **kwargs):
         return configs
     return [c for c in configs if c.num_warps == 8 and c.kwargs['BK'] <= 32]
 
+
 def kgate_d_class(K: int) -> int | None:
     """The D class (64, 128 or 256) that holds head dim ``K``; ``None`` above 256."""
     return next((d for d in (64, 128, 256) if d >= K), None)
