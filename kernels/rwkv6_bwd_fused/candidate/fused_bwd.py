@@ -210,7 +210,7 @@ def chunk_rwkv6_bwd_kernel_fused(
     b_gnk = tl.load(p_gnk, mask=m_ck[:, None] & m_k[None, :], other=0.0)
     b_dki = tl.where(m_ck[:, None], b_dki * exp2(b_gnk - b_gi), 0.)
     # within a sub-chunk: rows strictly before source row j
-    for j2 in range(0, BC):
+    for j2 in range(BC):
         m_rk = m_t & (o_w < j2) & (i_t * BT + o_c * BC + j2 < T)
         m_rkk = m_rk[:, None] & m_k[None, :]
         # [BT]: dA[first row of t's sub-chunk + j, t]
@@ -247,7 +247,7 @@ def chunk_rwkv6_bwd_kernel_fused(
     b_dqi = tl.where(m_cq[:, None], b_dqi * exp2(b_ge - b_gnq), 0.)
     # within a sub-chunk: rows strictly after source row j, one source row per step, FP32 products
     p_dAq = dA + r_t * BT + b_ht + o_c * BC
-    for j in range(0, BC):
+    for j in range(BC):
         m_rq = m_t & (o_w > j)
         m_rqk = m_rq[:, None] & m_k[None, :]
         # [BT]: dA[t, first row of t's sub-chunk + j]
@@ -447,8 +447,8 @@ def kgate_chunk_rwkv6_bwd(
     chunk_indices: torch.LongTensor | None = None,
 ):
     """``chunk_rwkv6_bwd`` with class dispatch: the fused path for enabled classes, else the original."""
-    args = dict(q=q, k=k, v=v, g=g, u=u, scale=scale, initial_state=initial_state, A=A, do=do, dht=dht,
-                cu_seqlens=cu_seqlens, chunk_size=chunk_size, chunk_indices=chunk_indices)
+    args = {"q": q, "k": k, "v": v, "g": g, "u": u, "scale": scale, "initial_state": initial_state, "A": A,
+            "do": do, "dht": dht, "cu_seqlens": cu_seqlens, "chunk_size": chunk_size, "chunk_indices": chunk_indices}
     if kgate_fused_enabled(q.shape[-1], v.shape[-1], chunk_size, cu_seqlens is not None, q.device):
         return kgate_fused_chunk_rwkv6_bwd(**args)
     return _kgate_unfused_chunk_rwkv6_bwd(**args)
