@@ -10,8 +10,9 @@ interpreter shim (``kgate.interp_plugin``) and the campaign's cpu_setup file
 are loaded inside the worker; nothing is written into the worktree.
 
 Classification: failures, errors, collection errors in the target's code, a
-crash (killed by a signal) or a hang (run timeout) are *measured* results of
-the code under test. Usage errors, internal pytest errors, an empty selection
+crash (a fatal signal such as SIGSEGV or SIGABRT) or a hang (run timeout) are
+*measured* results of the code under test; a worker killed from outside
+(SIGKILL, SIGTERM, SIGINT that kgate did not send) is an error. Usage errors, internal pytest errors, an empty selection
 and a target imported from outside the worktree are infrastructure errors.
 """
 
@@ -32,6 +33,8 @@ from typing import Any
 from kgate.errors import ConfigError, KgateError, ProvenanceMismatch
 
 OUTCOMES_OK = frozenset({"passed", "skipped", "xfailed"})
+#: deaths by these signals are not the candidate's doing (a crash is SIGSEGV, SIGABRT, SIGBUS, SIGFPE, ...)
+_EXTERNAL_SIGNALS = frozenset({signal.SIGKILL, signal.SIGTERM, signal.SIGINT})
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,6 +179,11 @@ def run(spec: GateSpec, worktree: Path, out_dir: Path, triton_cache: Path, *, ta
                 proc.wait()
                 code = None
     wall = time.time() - start
+    if code is not None and -code in _EXTERNAL_SIGNALS:
+        # SIGKILL/SIGTERM/SIGINT that kgate did not send come from outside (the OOM killer, scancel,
+        # an admin): not a measurement of the candidate, so no record is written and a rerun measures
+        raise KgateError(f"the test process was killed by {signal.Signals(-code).name} from outside kgate "
+                         f"(out of memory, scancel, an operator?); nothing recorded, rerun the stage; see {log}")
     state = _read_outcomes(outcomes, log)
     crashed = code is not None and (code < 0 or (code not in (0, 1, 2, 3, 4, 5)))
     if code in (3, 4) and not state.get("tests"):

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from kgate import gate
-from kgate.errors import ConfigError, ProvenanceMismatch
+from kgate.errors import ConfigError, KgateError, ProvenanceMismatch
 
 
 def tree(tmp_path: Path, files: dict[str, str]) -> Path:
@@ -119,3 +119,11 @@ def test_configuration_above_the_worktree_does_not_leak(tmp_path: Path) -> None:
     run = gate.run(spec(), root, tmp_path / "out", tmp_path / "cache", tag="t")
     assert run.green, run.summary()
     assert run.collected == ["tests/test_a.py::test_1"]
+
+
+def test_a_worker_killed_from_outside_is_an_error_not_a_result(tmp_path: Path) -> None:
+    """SIGKILL from outside (OOM killer, an operator) says nothing about the candidate: no record."""
+    root = tree(tmp_path, {**TOY, "tests/test_a.py": "import os, signal\ndef test_1():\n"
+                           "    os.kill(os.getpid(), signal.SIGKILL)\n"})
+    with pytest.raises(KgateError, match="killed by SIGKILL from outside kgate"):
+        gate.run(spec(), root, tmp_path / "out", tmp_path / "cache", tag="t")
