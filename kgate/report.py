@@ -928,15 +928,9 @@ def _provenance_rows(prov: Any) -> list[tuple[str, str]]:
     add("slurm job", f"{job}{node}{local}" if job not in (None, "") else f"none: ran locally{local}", "slurm", "local_rule")
     device = prov.get("device")
     if isinstance(device, Mapping):
-        parts = [str(device.get("class") or "?"), str(device.get("name") or "")]
-        if device.get("capability"):
-            parts.append(f"sm {device['capability']}")
+        parts = [str(device.get("class") or "?"), *describe_device({**device, "name": device.get("name") or ""})]
         if device.get("uuid"):
             parts.append(f"uuid {device['uuid']}")
-        if device.get("driver"):
-            parts.append(f"driver {device['driver']}")
-        if device.get("interpreter"):
-            parts.append("Triton interpreter")
         known = ("class", "name", "capability", "uuid", "driver", "interpreter")
         extra = {k: v for k, v in device.items() if k not in known}
         if extra:

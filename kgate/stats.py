@@ -398,9 +398,15 @@ def _signflip(d: np.ndarray, alpha: float, seed: int) -> DistributionFreeCheck:
         total = MC_RELABELLINGS + 1
         exact = False
     thresholds = (masks @ d) / masks.sum(axis=1)
+    return _check("sign-flip on round log-ratios", d, thresholds, total, always, exact, alpha)
+
+
+def _check(method: str, d: np.ndarray, thresholds: np.ndarray, total: int, always: int, exact: bool,
+           alpha: float) -> DistributionFreeCheck:
+    """Invert a relabelling distribution into a p-value and an interval on the speedup scale."""
     lo, hi, att, p, floor = _invert(thresholds, total, always, alpha)
     return DistributionFreeCheck(
-        method="sign-flip on round log-ratios",
+        method=method,
         relabellings=total,
         exact=exact,
         p_value=p,
@@ -439,18 +445,7 @@ def _relabel(d: np.ndarray, is_ab: np.ndarray, alpha: float, seed: int) -> Distr
     moved = k > 0
     always = int(np.count_nonzero(~moved)) + (0 if exact else 1)
     thresholds = (a0 - stat[moved]) / (2.0 * k[moved] * (1.0 / n1 + 1.0 / n2))
-    lo, hi, att, p, floor = _invert(thresholds, total, always, alpha)
-    return DistributionFreeCheck(
-        method="crossover relabelling (Koch) on AB vs -BA log-ratios",
-        relabellings=total,
-        exact=exact,
-        p_value=p,
-        p_floor=floor,
-        lower=None if lo is None else math.exp(lo),
-        upper=None if hi is None else math.exp(hi),
-        attained_confidence=att,
-        rounds_favouring_candidate=int(np.count_nonzero(d > 0)),
-    )
+    return _check("crossover relabelling (Koch) on AB vs -BA log-ratios", d, thresholds, total, always, exact, alpha)
 
 
 def discreteness_floors(n: int) -> dict[str, float | int]:
