@@ -10,6 +10,7 @@ configfile: os.path.join(workflow.basedir, "config", "config.yaml")
 
 
 include: "workflow/rules/common.smk"
+include: "workflow/rules/doctor.smk"
 include: "workflow/rules/target.smk"
 include: "workflow/rules/baseline_tests.smk"
 include: "workflow/rules/fixture_freeze.smk"
@@ -18,6 +19,8 @@ include: "workflow/rules/candidate_build.smk"
 include: "workflow/rules/candidate_gate.smk"
 include: "workflow/rules/profile_candidate.smk"
 include: "workflow/rules/bench.smk"
+include: "workflow/rules/ncu.smk"
+include: "workflow/rules/model.smk"
 include: "workflow/rules/report.smk"
 
 

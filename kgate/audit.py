@@ -246,7 +246,7 @@ def _model_ops(model: Any) -> list[str]:
     if isinstance(model, list):
         return [op for m in model for op in _model_ops(m)]
     if isinstance(model, dict):
-        for key in ("callable", "name", "model", "module", "path", "id"):
+        for key in ("model_class", "callable", "name", "model", "module", "path", "id"):
             if isinstance(model.get(key), str):
                 return [f"model:{model[key]}"]
         return ["model:<unnamed>"]

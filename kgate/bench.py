@@ -50,6 +50,7 @@ from kgate.candidate_gate import verify_frozen
 from kgate.errors import ConfigError, KgateError
 from kgate.measure import CPU_TIMING_NOTE, Arm, MeasureSpec, Row, WorkerFailure
 from kgate.profile_baseline import not_measured, per_call
+from kgate.profile_candidate import arms_env_gate
 from kgate.records import Gate, StageResult
 from kgate.stage import Context
 
@@ -440,7 +441,12 @@ def run(ctx: Context) -> StageResult:
                                                   ("cand", wt_cand, paths.triton_cache(c.name, gpu, "bench-cand"))],
                                       deadline)
         arms = {a.name: a for a in arm_list}
-        return _measure(ctx, spec, cfg, plan, arms, samples, warm_calls, evidence, fx, build)
+        env_gate = arms_env_gate(c.data, {a.name: a.info["env"] for a in arm_list}, evidence)
+        if env_gate.status == "fail":
+            return StageResult(gates=[env_gate], data={"measured": False, "candidate": cid,
+                                                       "workers": {a.name: a.info for a in arm_list}})
+        res = _measure(ctx, spec, cfg, plan, arms, samples, warm_calls, evidence, fx, build)
+        return StageResult(gates=[env_gate, *res.gates], data=res.data, reasons=res.reasons)
     except WorkerFailure as exc:
         if exc.arm == "cand" and exc.target:
             # the candidate's own code failed (import, a crash, a hang): a measured failure

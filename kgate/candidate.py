@@ -96,3 +96,24 @@ def materialize(c: Campaign, worktree: Path) -> Materialized:
     touched = sorted({line.split(" b/", 1)[-1] for line in patch.splitlines() if line.startswith("diff --git ")}
                      | set(untracked))
     return Materialized(src.kind, src.value, touched)
+
+
+def enabled_classes(c: Campaign) -> tuple[str, ...]:
+    """Dispatch classes the candidate declares it enables: its overlay's ``enables``, else the
+    campaign's ``candidate.enables``; none declared means every class must fall back.
+    A name the campaign's ``dispatch.classes`` does not declare is a ConfigError."""
+    src = c.candidate_source
+    declared: list[str] | None = None
+    where = "candidate.enables"
+    if src.kind == "overlay":
+        declared = overlay.enables(ROOT / src.value)
+        where = f"{src.value}/overlay.yaml: key 'enables'"
+    if declared is None:
+        declared = list(c.data["candidate"].get("enables") or [])
+    known = [k["name"] for k in (c.data.get("dispatch") or {}).get("classes", [])]
+    unknown = [n for n in declared if n not in known]
+    if unknown:
+        raise ConfigError(f"{where}: unknown dispatch class(es) {', '.join(unknown)} "
+                          f"(declared in dispatch.classes: {', '.join(known) or 'none'})")
+    return tuple(declared)
+

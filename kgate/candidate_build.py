@@ -22,7 +22,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from kgate import candidate, gitops, manifest, paths
+from kgate import candidate, gitops, manifest, numerics, paths
 from kgate.errors import ProvenanceMismatch
 from kgate.records import Gate, StageResult, atomic_write_text
 from kgate.stage import Context
@@ -110,6 +110,37 @@ def _finding_key(f: dict[str, Any], worktree: Path) -> tuple[str, str, str]:
     return rel, f.get("code") or "", f.get("message", "")
 
 
+def numeric_flags_gate(wt: Path, bench_base: str, files: list[dict[str, Any]], evidence: str) -> Gate:
+    """kgate's numeric-settings census (kgate.numerics) of every changed Python file, BENCH_BASE vs candidate."""
+    msgs: list[str] = []
+    for f in files:
+        if not f["path"].endswith(".py"):
+            continue
+        before = gitops.git("show", f"{bench_base}:{f['path']}", cwd=wt, check=False) if f["status"] != "A" else ""
+        after = (wt / f["path"]).read_text(errors="replace") if (wt / f["path"]).is_file() else ""
+        msgs += numerics.compare(before, after, f["path"])
+    return Gate("numeric_flags", "no numeric setting (precision, TF32, fast-math, accumulator, tolerance) "
+                "added or removed", f"{len(msgs)} change(s)", "fail" if msgs else "pass", evidence=evidence,
+                detail="; ".join(msgs[:10]) if msgs else None)
+
+
+def dispatch_coverage_gate(data: dict[str, Any], enabled: tuple[str, ...], fx: dict[str, Any]) -> Gate:
+    """Every dispatch class the candidate enables has a case in the fixture (its test ids, any device)."""
+    classes = {k["name"]: k for k in (data.get("dispatch") or {}).get("classes", [])}
+    if not classes:
+        return Gate("dispatch_coverage", "the fixture holds a case of every enabled class",
+                    "the campaign declares no dispatch classes", "skip")
+    run_ = fx["data"]["run"]
+    ids = list(run_["collected"]) + list(run_.get("deselected", []))
+    covered = {n: [i for i in ids if re.search(classes[n]["tests"], i)] for n in enabled}
+    missing = [n for n, hits in covered.items() if not hits]
+    return Gate("dispatch_coverage", "the fixture holds a case of every enabled class",
+                f"{len(enabled) - len(missing)}/{len(enabled)} enabled class(es) covered"
+                + ("" if enabled else " (the candidate enables none: every class falls back)"),
+                "fail" if missing else "pass", evidence=fx["data"]["run"].get("outcomes"),
+                detail=(f"no fixture case for enabled class(es) {', '.join(missing)}" if missing else None))
+
+
 def run(ctx: Context) -> StageResult:
     c, gpu, cid = ctx.campaign, ctx.gpu, ctx.candidate
     fx = ctx.inputs["fixture_freeze"]
@@ -151,6 +182,10 @@ def run(ctx: Context) -> StageResult:
                       "fail" if hits else "pass", evidence=str(patch_path),
                       detail="; ".join(hits[:10]) if hits else None))
 
+    gates.append(numeric_flags_gate(wt, bench_base, files, str(patch_path)))
+    enabled = candidate.enabled_classes(c)
+    gates.append(dispatch_coverage_gate(c.data, enabled, fx))
+
     py = [f["path"] for f in files if f["path"].endswith(".py") and (wt / f["path"]).is_file()]
     syntax = []
     for f in py:
@@ -182,5 +217,5 @@ def run(ctx: Context) -> StageResult:
     data = {"candidate": cid, "source": {"kind": mat.kind, "value": mat.source}, "bench_base": bench_base,
             "candidate_sha": cand_sha, "branch": paths.branch(c.name, f"cand-{cid}"), "worktree": str(wt),
             "diff": {"files": files, "changed_functions": changed_functions(wt, added), "patch_path": str(patch_path)},
-            "lint_findings": new_findings}
+            "lint_findings": new_findings, "enables": list(enabled)}
     return StageResult(gates=gates, data=data)

@@ -17,10 +17,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kgate import gate, manifest, paths
+from kgate import envdiff, gate, manifest, output_diff, paths, provenance
 from kgate.baseline_tests import verify_worktree
 from kgate.errors import KgateError, ProvenanceMismatch
-from kgate.records import Gate, StageResult
+from kgate.measure import WorkerFailure
+from kgate.records import Gate, StageResult, write_json
 from kgate.stage import Context
 
 
@@ -65,6 +66,28 @@ def outcome_diff(ref: dict, got: gate.GateRun) -> list[str]:
     return msgs
 
 
+def outputs_gates(ctx: Context, green: bool, fx: dict, build: dict, wt: Path) -> list[Gate]:
+    """The BENCH_BASE output comparison (kgate.output_diff), once the frozen tests passed."""
+    c, gpu = ctx.campaign, ctx.gpu
+    rows = output_diff.rows_for(c.data, gpu == "cpu")
+    evidence = str(ctx.out_dir / "outputs.json")
+    if not rows:
+        return output_diff.gates(None, "the campaign lists no dispatch rows for this device", evidence)
+    if not green:
+        return output_diff.gates(None, "not run: the frozen tests did not pass", evidence)
+    wt_base = paths.worktree(c.name, gpu, "bench_base")
+    verify_worktree(wt_base, fx["data"]["bench_base"])
+    try:
+        result = output_diff.compare(ctx, wt_base, wt, rows, tuple(build["data"].get("enables", [])))
+    except WorkerFailure as exc:
+        if exc.arm == "cand" and exc.target:
+            return [Gate("outputs_vs_bench_base", "the candidate runs every dispatch row", "failed", "fail",
+                         evidence=str(ctx.out_dir / "worker-cand.log"), detail=str(exc))]
+        raise
+    write_json(Path(evidence), {"schema": "kgate.outputs/1", **result})
+    return output_diff.gates(result, None, evidence)
+
+
 def run(ctx: Context) -> StageResult:
     c, gpu, cid = ctx.campaign, ctx.gpu, ctx.candidate
     build, fx = ctx.inputs["candidate_build"], ctx.inputs["fixture_freeze"]
@@ -72,6 +95,16 @@ def run(ctx: Context) -> StageResult:
     verify_worktree(wt, build["data"]["candidate_sha"])
     verify_frozen(wt, fx["data"]["manifest"])
     spec = ctx.gate_spec()
+    ignore = envdiff.ignored(c.data)
+    # the stage's own environment first: a difference makes the run incomparable, so nothing is run
+    env_now = provenance.recorded_env(list(spec.env_record))
+    stage_diff = envdiff.diff(fx["provenance"]["env"], env_now, ignore, ("fixture_freeze", "candidate_gate"))
+    if stage_diff:
+        return StageResult(gates=[
+            Gate("same_env", "recorded environment equals the fixture run's", f"{len(stage_diff)} difference(s)",
+                 "fail", evidence=str(paths.record(c.name, gpu, "fixture_freeze")), detail="; ".join(stage_diff)),
+            Gate("gate_tests_pass", "every frozen test passes", "not run: the environment differs", "skip")],
+            data={"candidate": cid, "env_diff": stage_diff, "env": env_now})
     cache = paths.triton_cache(c.name, gpu, "gate")
     main = gate.run(spec, wt, ctx.out_dir, cache, tag="gate")
     gate.check_imports(main, wt)
@@ -88,6 +121,17 @@ def run(ctx: Context) -> StageResult:
                       f"{len(main.collected)} collected, {len(diffs)} difference(s)",
                       "fail" if diffs else "pass", evidence=main.outcomes_path,
                       detail="; ".join(diffs[:20]) if diffs else None))
+    ref_env = fx["data"]["run"].get("test_env")
+    if ref_env is None:
+        gates.append(Gate("same_env", "test processes' environment equals the fixture run's",
+                          "the fixture record predates environment recording", "skip"))
+    else:
+        env_diffs = envdiff.diff(ref_env, main.test_env, ignore, ("fixture_freeze", "candidate_gate"))
+        gates.append(Gate("same_env", "test processes' environment equals the fixture run's",
+                          f"{len(main.test_env)} recorded, {len(env_diffs)} difference(s)",
+                          "fail" if env_diffs else "pass", evidence=main.outcomes_path,
+                          detail="; ".join(env_diffs) if env_diffs else None))
+    gates += outputs_gates(ctx, main.green, fx, build, wt)
     changed = [f["path"] for f in build["data"]["diff"]["files"]]
     dep_files = dependent_tests(ctx, wt, changed)
     dep_data = None

@@ -5,6 +5,8 @@ Usage::
     python -m kgate target --campaign-file config/campaigns/X.yaml --gpu cpu --record results/X/cpu/target/record.json
     python -m kgate verdict --check X --gpu cpu        # exit 0 GO, 1 NO-GO/STOPPED, 3 INCONCLUSIVE/SMOKE, 2 error
     python -m kgate candidate-id X                     # the candidate's content hash
+    python -m kgate ncu-export X --gpu h200 --out DIR   # the ncu stage's CSV exports, for tests/data/ncu/
+    python -m kgate model ... --calibration            # an A/A of the model stage by hand (docs/measurement.md)
 
 A ``KgateError`` prints one line ``kgate: error: ...`` on stderr and exits 2;
 any other exception is a bug and keeps its traceback.
@@ -71,6 +73,10 @@ def build_parser() -> argparse.ArgumentParser:
     for stage in paths.STAGES:
         sp = sub.add_parser(stage, help=f"run stage {stage}")
         add_common_arguments(sp)
+        if stage == "model":
+            sp.add_argument("--calibration", action="store_true",
+                            help="By hand only: an A/A calibration of the stage without the bench record (e.g. the "
+                                 "identity candidate, which bench must fail); recorded as such, never GO.")
     rp = sub.add_parser("report", help="compute the verdict and render the report")
     rp.add_argument("--campaign-file", required=True)
     rp.add_argument("--gpu", required=True)
@@ -98,6 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
     from kgate import audit
     ap = sub.add_parser("audit", help="overlap of campaigns on one target (exit 0 none, 1 overlap, 2 error)")
     audit.add_arguments(ap)
+    from kgate import ncu_export
+    np_ = sub.add_parser("ncu-export", help="an ncu stage's CSV exports and their provenance, for tests/data/ncu/")
+    ncu_export.add_arguments(np_)
     return p
 
 
@@ -124,6 +133,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.stage == "audit":
             from kgate import audit
             return audit.run_audit(args)
+        if args.stage == "ncu-export":
+            from kgate import ncu_export
+            return ncu_export.run_cli(args)
     except KgateError as exc:
         print(f"kgate: error: {exc}", file=sys.stderr)
         return 2

@@ -11,6 +11,8 @@ Each check is a small function returning a frozen :class:`Check`
     caches            the cache folders are writable here
     compute_node      both again from a compute node of the partition (one
                       short ``srun`` job)
+    device_class      this node's device class is the one the run's paths
+                      claim (``--gpu``)
     ncu               Nsight Compute is there and may read the GPU's counters
                       (GPU hosts only; skipped with the reason on CPU)
     gpu_arch          PyTorch and Triton compile and run for this GPU's
@@ -21,10 +23,30 @@ slurm-status-command) unless given as flags. Exit 0 when everything passes or
 is skipped, 2 on any failure. ``--json OUT`` writes the checks as
 ``kgate.doctor/1``.
 
+Inside a Slurm job (``SLURM_JOB_ID`` set) the node running doctor *is* a
+compute node: the partition defaults to the job's own, and ``compute_node``
+passes without submitting another job (a nested ``srun`` would wait for the
+allocation doctor itself holds).
+
+**Preflight** (``--record``): the workflow's first rule
+(``workflow/rules/doctor.smk``) runs doctor as a job with the GPU stages'
+resources, so it sees what they will see. It reads the target clone's path
+from ``--campaign-file``, checks kgate's own folders for this campaign and
+device class, and requires a GPU when ``--gpu`` is not ``cpu`` (on CPU the GPU
+checks are skipped, not failed). Outside a Slurm job (a local executor) the
+Slurm checks are skipped; inside one, status polling is left to the submit
+host, where Snakemake polls (``python -m kgate doctor --profile ...``). Any
+failed check raises :class:`PreflightError` (``kgate: error: ...``, exit 2,
+no record), so the DAG stops before its first stage; otherwise a
+``kgate.stage/1`` record (stage ``doctor``, one gate per check, provenance
+with the Slurm job) is written.
+
 Typical use::
 
     python -m kgate doctor --profile profiles/slurm --target-path ~/src/fla
     srun -p gpu --gpus=1 python -m kgate doctor --require-gpu      # on a GPU node
+    python -m kgate doctor --record results/C/G/doctor/record.json \
+        --campaign-file config/campaigns/C.yaml --gpu G              # the workflow's first rule
 """
 
 from __future__ import annotations
@@ -37,10 +59,16 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+from kgate.device import Device
+from kgate.errors import ConfigError, KgateError
+
+if TYPE_CHECKING:
+    from kgate.campaign import Campaign
 
 Status = Literal["pass", "fail", "skip"]
 SCHEMA = "kgate.doctor/1"
@@ -101,6 +129,19 @@ class Site:
     srun_wait_s: int = 30
     explicit_partition: bool = False
     profile: str | None = None
+    expected_class: str | None = None
+    """Device class the run's paths claim (preflight); None: not checked."""
+    preflight: bool = False
+    """Run as the workflow's first rule (see the module docstring)."""
+
+    @property
+    def gpu_required(self) -> bool:
+        """--require-gpu, or a preflight for a GPU device class."""
+        return self.require_gpu or self.expected_class not in (None, "cpu")
+
+
+class PreflightError(KgateError):
+    """The preflight found a site problem; the message names every failed check."""
 
 
 
@@ -157,6 +198,7 @@ def site_from_args(args: argparse.Namespace) -> Site:
         srun_wait_s=args.srun_wait,
         explicit_partition=bool(args.partition),
         profile=str(args.profile) if args.profile else None,
+        expected_class=args.gpu,
     )
 
 
@@ -323,13 +365,14 @@ def check_status_polling(status_command: str | None, init_seconds: int = DEFAULT
 
 
 
-def check_target_path(path: str | None) -> Check:
+def check_target_path(path: str | None, hint: str = "") -> Check:
+    """The target clone exists and is readable here; ``hint`` is appended to a failure."""
     name = "target_path"
     if not path:
         return Check(name, "skip", "no --target-path given")
     p = Path(path).expanduser()
     if not p.exists():
-        return Check(name, "fail", f"target path {p} does not exist")
+        return Check(name, "fail", f"target path {p} does not exist{f' ({hint})' if hint else ''}")
     if not os.access(p, os.R_OK) or (p.is_dir() and not os.access(p, os.X_OK)):
         return Check(name, "fail", f"target path {p} is not readable by uid {os.geteuid()}")
     if p.is_dir() and not (p / ".git").exists():
@@ -391,6 +434,10 @@ def check_compute_node(site: Site, run: Runner = run_cmd, *, slurm: bool | None 
 
 
 
+CPU_RUN = "CPU run (--gpu cpu): the stages run under Triton's interpreter, no GPU to check"
+GPU_REQUIRED = "no NVIDIA GPU visible here, but a GPU is required (--require-gpu, or --gpu names a GPU class)"
+
+
 def gpu_visible() -> tuple[bool, str]:
     """(True, name) when an NVIDIA GPU is visible here (kgate.device's detection)."""
     from kgate import device
@@ -425,7 +472,7 @@ def check_ncu(*, gpu: tuple[bool, str] | None = None, require_gpu: bool = False,
     has_gpu, gpu_name = gpu if gpu is not None else gpu_visible()
     if not has_gpu:
         if require_gpu:
-            return Check(name, "fail", "no NVIDIA GPU visible here, but --require-gpu was given")
+            return Check(name, "fail", GPU_REQUIRED)
         return Check(name, "skip", "no NVIDIA GPU visible here (CPU host): run doctor inside a GPU job "
                                    "(srun -p <partition> --gpus=1 python -m kgate doctor --require-gpu)")
     exe = find_ncu()
@@ -482,7 +529,7 @@ def check_gpu_arch(*, gpu: tuple[bool, str] | None = None, require_gpu: bool = F
     has_gpu, gpu_name = gpu if gpu is not None else gpu_visible()
     if not has_gpu:
         if require_gpu:
-            return Check(name, "fail", "no NVIDIA GPU visible here, but --require-gpu was given")
+            return Check(name, "fail", GPU_REQUIRED)
         return Check(name, "skip", "no NVIDIA GPU visible here: the CPU smoke runs Triton's interpreter")
     with tempfile.TemporaryDirectory(prefix="kgate-doctor-") as tmp:
         script = Path(tmp) / "arch_probe.py"
@@ -505,28 +552,97 @@ def check_gpu_arch(*, gpu: tuple[bool, str] | None = None, require_gpu: bool = F
 
 
 
-def run_checks(site: Site, run: Runner = run_cmd) -> list[Check]:
-    slurm = have_slurm()
-    checks = [check_partition(site.partition, run, timeout=site.timeout_s, slurm=slurm,
-                              explicit=site.explicit_partition)]
-    part_ok = checks[0].status == "pass"
-    if slurm and not part_ok and checks[0].status == "fail":
-        why = f"skipped: {checks[0].name} failed"
-        checks += [Check("slurm_gpu", "skip", why), Check("slurm_status", "skip", why)]
+def check_device_class(expected: str | None, dev: Device) -> Check:
+    """This node's device class (``kgate.device.detect``) is the one the run's paths claim.
+
+    Every stage re-checks this and stops with an error on a mismatch; the
+    preflight says it before any stage runs.
+    """
+    name = "device_class"
+    if expected is None:
+        return Check(name, "skip", "no --gpu given")
+    if dev.klass != expected:
+        return Check(name, "fail", f"this run's paths are for device class '{expected}' but this node has "
+                                   f"'{dev.klass}' ({dev.name}): set --config gpu={dev.klass} or give the GPU "
+                                   f"rules '{expected}' nodes (the profile's gpu_model)")
+    return Check(name, "pass", f"device class '{expected}' ({dev.name})")
+
+
+def in_slurm_job(job: Mapping[str, Any]) -> bool:
+    """True when ``job`` (``kgate.slurm.slurm_provenance``) names a Slurm job."""
+    return bool(job.get("job_id"))
+
+
+def run_checks(site: Site, run: Runner = run_cmd, *, job: Mapping[str, Any] | None = None,
+               dev: Device | None = None) -> list[Check]:
+    """Every check in a fixed order (the order of the module docstring).
+
+    ``job`` is this process's Slurm job (``kgate.slurm.slurm_provenance``; read
+    from the environment when None) and ``dev`` its ``kgate.device.Device``
+    (detected when None). A failed partition check skips the checks that
+    need the partition. Inside a Slurm job the partition defaults to the
+    job's own and ``compute_node`` passes: this is a compute node. A preflight
+    outside a Slurm job skips every Slurm check (a local executor runs the
+    stages), and inside one leaves status polling to the submit host unless a
+    status command was given.
+    """
+    from kgate import device
+    from kgate.slurm import slurm_provenance
+
+    job = slurm_provenance(dict(os.environ)) if job is None else job
+    dev = device.detect() if dev is None else dev
+    in_job = in_slurm_job(job)
+    partition = site.partition or (job.get("partition") if in_job else None)
+    if site.preflight and not in_job:
+        slurm, part_ok = False, False
+        why = "not a Slurm job: this run's stages run with a local executor"
+        checks = [Check(n, "skip", why) for n in ("slurm_partition", "slurm_gpu", "slurm_status")]
     else:
-        checks.append(check_gpu_model(site.partition, site.gpu_model, site.constraint, require_gpu=site.require_gpu,
-                                      run=run, timeout=site.timeout_s, slurm=slurm))
-        checks.append(check_status_polling(site.status_command, site.init_seconds, run=run, timeout=site.timeout_s,
-                                           slurm=slurm))
-    checks.append(check_target_path(site.target_path))
+        slurm = have_slurm()
+        first = check_partition(partition, run, timeout=site.timeout_s, slurm=slurm, explicit=site.explicit_partition)
+        checks = [first]
+        part_ok = first.status == "pass"
+        if slurm and first.status == "fail":
+            why = f"skipped: {first.name} failed"
+            checks += [Check("slurm_gpu", "skip", why), Check("slurm_status", "skip", why)]
+        else:
+            if site.expected_class == "cpu" and not (site.gpu_model or site.constraint or site.require_gpu):
+                checks.append(Check("slurm_gpu", "skip", CPU_RUN))
+            else:
+                checks.append(check_gpu_model(partition, site.gpu_model, site.constraint,
+                                              require_gpu=site.gpu_required, run=run, timeout=site.timeout_s,
+                                              slurm=slurm))
+            if site.preflight and site.status_command is None:
+                checks.append(Check("slurm_status", "skip", "Snakemake polls job states from the submit host: "
+                                                            "check there with python -m kgate doctor --profile "
+                                                            "<profile>"))
+            else:
+                checks.append(check_status_polling(site.status_command, site.init_seconds, run=run,
+                                                   timeout=site.timeout_s, slurm=slurm))
+    if site.preflight and not site.target_path:
+        checks.append(Check("target_path", "skip", "the campaign names no clone (a PyPI target: the target stage "
+                                                   "materializes the pinned sdist under work/)"))
+    else:
+        checks.append(check_target_path(site.target_path, "set --config target_path=<your clone>"
+                                        if site.preflight else ""))
     checks.append(check_caches(site.cache_dirs))
-    if slurm and part_ok:
-        checks.append(check_compute_node(site, run, slurm=slurm))
+    if in_job:
+        checks.append(Check("compute_node", "pass", f"the checks ran on compute node {job.get('node')} inside Slurm "
+                                                    f"job {job.get('job_id')} (partition {job.get('partition')})"))
+    elif slurm and part_ok:
+        checks.append(check_compute_node(replace(site, partition=partition), run, slurm=slurm))
+    elif site.preflight:
+        checks.append(Check("compute_node", "skip", "not a Slurm job: the checks ran where the stages run"))
     else:
         checks.append(Check("compute_node", "skip", "no usable Slurm partition" if slurm else "no Slurm here"))
-    gpu = gpu_visible()
-    checks.append(check_ncu(gpu=gpu, require_gpu=site.require_gpu, run=run))
-    checks.append(check_gpu_arch(gpu=gpu, require_gpu=site.require_gpu, run=run))
+    if site.expected_class is not None:
+        checks.append(check_device_class(site.expected_class, dev))
+    if site.expected_class == "cpu" and not site.require_gpu:
+        checks += [Check("ncu", "skip", CPU_RUN), Check("gpu_arch", "skip", CPU_RUN)]
+        return checks
+    gpu = (dev.klass != "cpu", dev.name)
+    checks.append(check_ncu(gpu=gpu, require_gpu=site.gpu_required, run=run))
+    checks.append(check_gpu_arch(gpu=gpu, require_gpu=site.gpu_required, run=run))
     return checks
 
 
@@ -554,21 +670,124 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--srun-wait", type=int, default=30,
                         help="seconds the compute-node job may wait for a node (srun --immediate; default 30)")
     parser.add_argument("--json", metavar="OUT", default=None, help=f"write the checks as {SCHEMA} JSON")
+    pre = parser.add_argument_group("preflight (the workflow's first rule, workflow/rules/doctor.smk)")
+    pre.add_argument("--record", metavar="PATH", default=None,
+                     help="run as the preflight and write a kgate.stage/1 record here when no check fails "
+                          "(needs --campaign-file and --gpu); any failure is an error: exit 2, no record")
+    pre.add_argument("--campaign-file", default=None,
+                     help="campaign YAML: the target clone to check (target.repo.path, or --target-path)")
+    pre.add_argument("--gpu", default=None,
+                     help="device class the run's paths claim (cpu, h200, ...): this node must have it, and "
+                          "a GPU class requires the GPU checks to pass (also without --record)")
+
+
+def print_checks(checks: Sequence[Check]) -> None:
+    """One line per check (status, name, message), then a summary line."""
+    width = max(len(c.name) for c in checks)
+    for c in checks:
+        print(f"{c.status.upper():4}  {c.name:<{width}}  {c.message}")
+    failed = [c.name for c in checks if c.status == "fail"]
+    print(f"kgate doctor: {'FAIL: ' + ', '.join(failed) if failed else 'ok'}")
+
+
+#: what each check requires, as the threshold of its gate in the preflight record
+REQUIREMENTS = {
+    "slurm_partition": "the partition is up and has a usable node",
+    "slurm_gpu": "the partition offers the GPU model (or GPUs)",
+    "slurm_status": "Snakemake's status polling sees jobs end",
+    "target_path": "the target clone is readable on this node",
+    "caches": "kgate's folders are writable on this node",
+    "compute_node": "the checks ran where the stages run",
+    "device_class": "this node has the run's device class",
+    "ncu": "ncu reads the counters of one kernel",
+    "gpu_arch": "PyTorch and Triton compile and run for this GPU",
+}
+
+
+def preflight_dirs(campaign: str, gpu: str) -> tuple[str, ...]:
+    """The folders every stage of a campaign on a device class writes: its work
+    folder (worktrees, Triton caches), results and logs."""
+    from kgate import paths
+
+    return (str(paths.work(campaign, gpu) / "triton"), str(Path("results") / campaign / gpu),
+            str(Path("logs") / campaign / gpu))
+
+
+def target_clone(campaign: Campaign, override: str | None) -> str | None:
+    """The user's clone a repo campaign reads (kgate's own clone shares its objects), resolved
+    like the target stage does (relative to kgate's root); None for a PyPI campaign."""
+    from kgate.campaign import ROOT
+
+    spec = campaign.data["target"].get("repo")
+    raw = override or (spec or {}).get("path")
+    if not raw:
+        return None
+    p = Path(raw).expanduser()
+    return str(p if p.is_absolute() else ROOT / p)
+
+
+def run_preflight(args: argparse.Namespace, run: Runner = run_cmd, *, job: Mapping[str, Any] | None = None,
+                  dev: Device | None = None) -> int:
+    """The workflow's first rule: every check, then a stage record, or PreflightError.
+
+    Loads the campaign (``--campaign-file``, ``--target-path`` override), checks
+    the target clone and :func:`preflight_dirs` unless ``--cache-dir`` names
+    others, requires the GPU checks when ``--gpu`` is a GPU class, and writes
+    ``--record`` (stage ``doctor``: one gate per check, the checks as data,
+    provenance with the Slurm job) only when no check failed. ``job`` and
+    ``dev`` as in :func:`run_checks` (read from this process when None).
+    """
+    from kgate import campaign as campaign_mod
+    from kgate import device, provenance
+    from kgate.records import Gate, StageResult, build_record, write_json
+    from kgate.slurm import slurm_provenance
+
+    if not args.campaign_file or not args.gpu:
+        raise ConfigError("doctor --record needs --campaign-file and --gpu")
+    clock = provenance.Clock()
+    camp = campaign_mod.load(args.campaign_file, {"target_path": args.target_path})
+    try:
+        site = site_from_args(args)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"doctor: cannot read profile {args.profile}: {exc}") from exc
+    site = replace(site, preflight=True, expected_class=args.gpu, target_path=target_clone(camp, args.target_path),
+                   cache_dirs=tuple(args.cache_dir) if args.cache_dir else preflight_dirs(camp.name, args.gpu))
+    job = slurm_provenance(dict(os.environ)) if job is None else job
+    dev = device.detect() if dev is None else dev
+    checks = run_checks(site, run, job=job, dev=dev)
+    print_checks(checks)
+    failed = [c for c in checks if c.status == "fail"]
+    if failed:
+        where = f"node {job['node']}, Slurm job {job['job_id']}" if in_slurm_job(job) else "no Slurm job"
+        raise PreflightError(f"preflight failed ({where}); no stage ran: "
+                             + "; ".join(f"{c.name}: {c.message}" for c in failed))
+    gates = [Gate(c.name, REQUIREMENTS[c.name], c.message, c.status) for c in checks]
+    data = {"schema": SCHEMA, "profile": site.profile, "partition": site.partition or job.get("partition"),
+            "target_path": site.target_path, "cache_dirs": list(site.cache_dirs),
+            "checks": [asdict(c) for c in checks]}
+    prov = provenance.collect(clock=clock, device=dev.as_dict(),
+                              env_patterns=camp.data.get("env", {}).get("record", []), local_rule=False)
+    record = build_record(stage="doctor", campaign=camp.name, gpu=args.gpu, candidate=None,
+                          result=StageResult(gates=gates, data=data), provenance=prov)
+    write_json(Path(args.record), record)
+    if args.json:
+        write_json(Path(args.json), {"schema": SCHEMA, "ok": True, "profile": site.profile,
+                                     "partition": data["partition"], "checks": data["checks"]})
+    print(f"kgate doctor: {record['status']}")
+    return 0
 
 
 def run_doctor(args: argparse.Namespace, run: Runner = run_cmd) -> int:
+    if getattr(args, "record", None):
+        return run_preflight(args, run)
     try:
         site = site_from_args(args)
     except (OSError, ValueError) as exc:
         print(f"kgate doctor: cannot read profile {args.profile}: {exc}", file=sys.stderr)
         return 2
     checks = run_checks(site, run)
-    width = max(len(c.name) for c in checks)
-    for c in checks:
-        print(f"{c.status.upper():4}  {c.name:<{width}}  {c.message}")
+    print_checks(checks)
     code = exit_code(checks)
-    failed = [c.name for c in checks if c.status == "fail"]
-    print(f"kgate doctor: {'FAIL: ' + ', '.join(failed) if failed else 'ok'}")
     if args.json:
         from kgate.records import write_json
 
@@ -580,7 +799,11 @@ def run_doctor(args: argparse.Namespace, run: Runner = run_cmd) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m kgate doctor", description=__doc__.splitlines()[0])
     add_arguments(parser)
-    return run_doctor(parser.parse_args(argv))
+    try:
+        return run_doctor(parser.parse_args(argv))
+    except KgateError as exc:
+        print(f"kgate: error: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

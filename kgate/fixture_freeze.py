@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import fnmatch
 
-from kgate import gate, gitops, manifest, overlay, paths
+from kgate import epochs, gate, gitops, manifest, overlay, paths
 from kgate.baseline_tests import judge, rerun_failures
 from kgate.campaign import ROOT
 from kgate.errors import ConfigError
@@ -64,4 +64,8 @@ def run(ctx: Context) -> StageResult:
             "run": first.as_data(), "reruns": history, "baseline_passed": base["data"]["run"]["counts"].get("passed", 0),
             "fixture_passed": first.counts.get("passed", 0), "added_ids": added,
             "patch": gitops.patch(wt, baseline_sha, bench_base)}
-    return StageResult(gates=gates, data=data)
+    result = StageResult(gates=gates, data=data)
+    if result.status == "pass":
+        # the contract is fixed from here on: a later change needs new_epoch=true
+        epochs.mark_frozen(c, gpu, bench_base)
+    return result

@@ -51,6 +51,7 @@ class GateSpec:
     test_timeout_s: int
     run_timeout_s: int
     workers: int = 1
+    env_record: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +74,7 @@ class GateRun:
     outcomes_path: str
     junit_path: str
     interp: dict[str, Any] | None = field(default=None)
+    test_env: dict[str, str] = field(default_factory=dict)
 
     @property
     def counts(self) -> dict[str, int]:
@@ -113,7 +115,7 @@ class GateRun:
             "counts": self.counts, "collected": self.collected, "deselected": self.deselected,
             "tests": sorted(self.tests.values(), key=lambda t: t["nodeid"]),
             "collect_errors": self.collect_errors, "running_at_end": self.running_at_end,
-            "imports": self.imports, "env": self.env, "log": self.log,
+            "imports": self.imports, "env": self.env, "test_env": self.test_env, "log": self.log,
             "outcomes": self.outcomes_path, "junit": self.junit_path, "interpreter": self.interp,
         }
 
@@ -157,6 +159,8 @@ def run(spec: GateSpec, worktree: Path, out_dir: Path, triton_cache: Path, *, ta
         cmd += ["-p", "kgate.interp_plugin", f"--kgate-interp-record={interp_record}"]
         if spec.cpu_setup is not None:
             cmd.append(f"--kgate-setup={spec.cpu_setup.resolve()}")
+    if spec.env_record:
+        cmd.append(f"--kgate-env={','.join(spec.env_record)}")
     if spec.select and not only_ids:
         cmd += ["-k", spec.select]
     if spec.workers > 1:
@@ -198,7 +202,8 @@ def run(spec: GateSpec, worktree: Path, out_dir: Path, triton_cache: Path, *, ta
                    tests=state.get("tests", {}), collect_errors=state.get("collect_errors", []),
                    running_at_end=state.get("running"), imports=state.get("imports", {}),
                    env={k: env[k] for k in ("PYTHONPATH", "TRITON_CACHE_DIR", "TRITON_INTERPRET") if k in env},
-                   log=str(log), outcomes_path=str(outcomes), junit_path=str(junit), interp=interp)
+                   log=str(log), outcomes_path=str(outcomes), junit_path=str(junit), interp=interp,
+                   test_env=state.get("env", {}))
 
 
 @contextlib.contextmanager

@@ -323,7 +323,7 @@ class Arm:
     """
 
     def __init__(self, name: str, worktree: Path, triton_cache: Path, env: dict[str, str], log: Path,
-                 deadline: Deadline) -> None:
+                 deadline: Deadline, command: list[str] | None = None) -> None:
         self.name = name
         self.worktree = worktree
         self.triton_cache = triton_cache
@@ -338,7 +338,9 @@ class Arm:
         self._log_fh = log.open("a")
         self._log_fh.write(f"--- kgate worker {name}: {worktree}\n")
         self._log_fh.flush()
-        self.proc = subprocess.Popen([sys.executable, "-m", "kgate.worker", "--arm", name], cwd=worktree, env=env,
+        # the worker speaks kgate.worker's protocol; another harness may too (scripts/train_throughput.py)
+        argv = command or [sys.executable, "-m", "kgate.worker", "--arm", name]
+        self.proc = subprocess.Popen(argv, cwd=worktree, env=env,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log_fh, text=True,
                                      bufsize=1)
         self._lines: queue.Queue[str | None] = queue.Queue()

@@ -13,6 +13,7 @@ controller merges them.
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import sys
@@ -27,6 +28,8 @@ _MAX_MSG = 4000
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--kgate-outcomes", default=None, help="Write kgate's outcome record to this JSON path.")
+    parser.addoption("--kgate-env", default="", help="Comma-separated glob patterns of variables to record at the "
+                                                     "end of the session (kgate.envdiff).")
 
 
 class _Recorder:
@@ -36,7 +39,8 @@ class _Recorder:
         self.worker = getattr(config, "workerinput", {}).get("workerid")
         self.state: dict[str, Any] = {"schema": "kgate.pytest/1", "started_unix": time.time(), "finished": False,
                                       "collected": [], "deselected": [], "tests": {}, "collect_errors": [],
-                                      "running": None, "exitstatus": None, "imports": {}}
+                                      "running": None, "exitstatus": None, "imports": {}, "env": {}}
+        self.env_patterns = [p for p in str(config.getoption("--kgate-env") or "").split(",") if p]
 
     def _write(self) -> None:
         target = self.path if self.worker is None else self.path.with_name(f"{self.path.name}.{self.worker}")
@@ -90,7 +94,11 @@ class _Recorder:
         self.state["exitstatus"] = int(exitstatus)
         self.state["finished"] = True
         self.state["imports"] = _imports(Path.cwd())
+        # at the end: a variable the code under test set while it ran is seen
+        self.state["env"] = {k: v for k, v in sorted(os.environ.items())
+                             if any(fnmatch.fnmatchcase(k, p) for p in self.env_patterns)}
         if self.worker is None:
+            worker_env: dict[str, set[str]] = {}
             for f in sorted(self.path.parent.glob(self.path.name + ".gw*")):
                 w = json.loads(f.read_text())
                 if not self.state["collected"]:
@@ -101,6 +109,12 @@ class _Recorder:
                                                     if e not in self.state["collect_errors"])
                 for k, v in w["imports"].items():
                     self.state["imports"].setdefault(k, v)
+                for k, v in w.get("env", {}).items():
+                    worker_env.setdefault(k, set()).add(v)
+            if worker_env:
+                # under xdist the workers ran the code: every value any worker ended with, whichever
+                # worker ran which test (the distribution of tests to workers is not deterministic)
+                self.state["env"] = {k: " | ".join(sorted(v)) for k, v in sorted(worker_env.items())}
         self._write()
 
 

@@ -50,6 +50,16 @@ def select(folder: Path | str, identity: str) -> Variant:
     raise ConfigError(f"{manifest}: key 'variants': no variant applies to target {identity}")
 
 
+def enables(folder: Path | str) -> list[str] | None:
+    """The overlay's declared dispatch classes (``enables``), or None when it declares none."""
+    folder = Path(folder)
+    if not folder.is_absolute():
+        folder = ROOT / folder
+    data = _load_yaml(folder / "overlay.yaml")
+    validate(data, "overlay", str(folder / "overlay.yaml"))
+    return list(data["enables"]) if "enables" in data else None
+
+
 def _source(variant: Variant, edit: dict[str, Any], key: str) -> Path:
     src = variant.folder / edit[key]
     if not src.is_file():

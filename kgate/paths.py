@@ -12,8 +12,18 @@ from __future__ import annotations
 from pathlib import Path
 
 STAGES = ("target", "baseline_tests", "fixture_freeze", "profile_baseline", "candidate_build", "candidate_gate",
-          "profile_candidate", "bench")
-CANDIDATE_STAGES = frozenset({"candidate_build", "candidate_gate", "profile_candidate", "bench"})
+          "profile_candidate", "bench", "ncu", "model")
+CANDIDATE_STAGES = frozenset({"candidate_build", "candidate_gate", "profile_candidate", "bench", "ncu", "model"})
+#: The gating inputs of each stage: the earlier stages whose records must have passed before it is scheduled
+#: (the report's input walk, workflow/rules/common.smk) or run (``kgate.stage.load_inputs``). Every stage gates
+#: on all stages before it, except ``model``, which gates on the stages up to ``bench`` and not on ``ncu``: the
+#: counters ncu needs are missing on CPU and on many nodes, and the training run does not read ncu's evidence.
+GATING_INPUTS: dict[str, tuple[str, ...]] = {stage: STAGES[:i] for i, stage in enumerate(STAGES)}
+GATING_INPUTS["model"] = STAGES[:STAGES.index("bench") + 1]
+#: the workflow's first rule (``python -m kgate doctor --record``): results/<campaign>/<gpu>/doctor/record.json.
+#: Not a gate of the protocol: a failure is a site error (no record), so it is not in STAGES, the verdict or
+#: the report; ``target`` depends on its record.
+PREFLIGHT = "doctor"
 
 
 def stage_dir(campaign: str, gpu: str, stage: str, candidate: str | None = None) -> Path:

@@ -38,7 +38,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from kgate import measure, paths
+from kgate import envdiff, measure, paths
 from kgate.baseline_tests import verify_worktree
 from kgate.candidate_gate import verify_frozen
 from kgate.measure import CPU_TIMING_NOTE, MeasureSpec, Row, WorkerFailure
@@ -202,6 +202,13 @@ def run(ctx: Context) -> StageResult:
                                data={"measured": True, "failure": {"row": None, "error": str(exc)}, "candidate": cid})
         raise
     base, cand = arms
+    env_gate = arms_env_gate(c.data, {"profile_baseline": pb["data"]["worker"]["env"], "base": base.info["env"],
+                                      "cand": cand.info["env"]}, evidence)
+    if env_gate.status == "fail":
+        for arm in arms:
+            arm.close()
+        return StageResult(gates=[env_gate], data={"measured": False, "candidate": cid,
+                                                   "workers": {a.name: a.info for a in arms}})
     table: list[dict[str, Any]] = []
     failure: dict[str, Any] | None = None
     resources: dict[str, Any] = {}
@@ -236,7 +243,7 @@ def run(ctx: Context) -> StageResult:
     finally:
         for arm in arms:
             arm.close()
-    gates: list[Gate] = []
+    gates: list[Gate] = [env_gate]
     if failure:
         gates.append(Gate("candidate_runs", "the candidate runs every profiled row", f"failed at {failure['row']}",
                           "stop", evidence=str(cand.log), detail=failure["error"]))
@@ -258,6 +265,17 @@ def run(ctx: Context) -> StageResult:
         "forced": bool(getattr(ctx.args, "force", False)),
     }
     return StageResult(gates=gates, data=data)
+
+
+def arms_env_gate(campaign_data: dict[str, Any], envs: dict[str, dict[str, str]], evidence: str) -> Gate:
+    """Every arm's recorded environment (taken after it imported the target) equals the first one's."""
+    names = list(envs)
+    ref = names[0]
+    diffs = [m for other in names[1:]
+             for m in envdiff.diff(envs[ref], envs[other], envdiff.ignored(campaign_data), (ref, other))]
+    return Gate("same_env", f"recorded environment equal across {', '.join(names)}",
+                f"{len(diffs)} difference(s)", "fail" if diffs else "pass", evidence=evidence,
+                detail="; ".join(diffs) if diffs else None)
 
 
 def candidate_gates(spec: MeasureSpec, table: list[dict[str, Any]], resources: dict[str, Any], mode: str, tol: float,

@@ -75,7 +75,8 @@ def write_json(path: Path, data: Any) -> None:
 
 
 def build_record(*, stage: str, campaign: str, gpu: str, candidate: str | None,
-                 result: StageResult, provenance: dict[str, Any]) -> dict[str, Any]:
+                 result: StageResult, provenance: dict[str, Any],
+                 epoch: dict[str, Any] | None = None) -> dict[str, Any]:
     reasons = list(result.reasons)
     for g in result.gates:
         if g.status not in ("pass", "skip") and g.detail:
@@ -86,6 +87,7 @@ def build_record(*, stage: str, campaign: str, gpu: str, candidate: str | None,
         "campaign": campaign,
         "gpu": gpu,
         "candidate": candidate,
+        "epoch": epoch,
         "status": result.status,
         "reasons": reasons,
         "gates": [_gate_dict(g) for g in result.gates],

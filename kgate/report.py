@@ -33,7 +33,9 @@ other characters that XML 1.0 cannot carry, such as NUL, are shown as
 ``\\xNN`` text.
 
 A stage's test runs (``data.tests``, or a ``tests`` list under a key such as
-``data.run``), ``data.manifest`` and ``data.diff`` get their own renderers;
+``data.run``), ``data.manifest``, ``data.diff``, the ncu stage's rows
+(``kgate.report_ncu``, ``templates/ncu.html.j2``) and the model stage's
+workloads (``kgate.report_model``, ``templates/model.html.j2``) get their own renderers;
 any other key is rendered generically (tables of scalars, nested tables, and
 plots for numeric series), so a new stage shows up without a code change here.
 """
@@ -140,7 +142,8 @@ def render(
     out_dir = Path(out_dir)
     root = _repo_root(out_dir, verdict)
     model = build_model(verdict, records, history or [], root=root)
-    model = replace(model, devices=_devices(verdict, records, root, devices))
+    model = replace(model, devices=_devices(verdict, records, root, devices),
+                    epochs=epoch_rows(_ledger(verdict, root), records))
     out_dir.mkdir(parents=True, exist_ok=True)
     outputs = (
         ("index.html", render_html(model)),
@@ -153,6 +156,31 @@ def render(
         atomic_write_text(path, text)
         paths.append(path)
     return paths
+
+
+def _ledger(verdict: Mapping[str, Any], root: Path | None) -> Mapping[str, Any] | None:
+    """The campaign's epoch ledger beside the results, when the report is rendered in the repository."""
+    if root is None:
+        return None
+    path = root / "results" / str(verdict["campaign"]) / "epochs.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def epoch_rows(ledger: Mapping[str, Any] | None, records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One row per epoch: number, why it opened, what changed, where it was frozen, and which of
+    this report's stage records belong to it (by the epoch stamped in each record)."""
+    if not ledger:
+        return []
+    rows = []
+    for e in ledger.get("epochs", []):
+        stages = [clean(r.get("stage")) for r in records if (r.get("epoch") or {}).get("number") == e.get("number")]
+        frozen = ", ".join(f"{clean(g)} (BENCH_BASE {clean(str(v.get('bench_base', ''))[:12])})"
+                           for g, v in (e.get("frozen") or {}).items())
+        rows.append({"number": clean(e.get("number")), "reason": clean(e.get("reason", "")),
+                     "changed": clean(", ".join(e.get("changed") or [])) or "-", "opened": clean(e.get("opened_utc", "")),
+                     "frozen": frozen or "not frozen yet", "contract": clean(e.get("contract", "")),
+                     "stages": ", ".join(stages) or "-"})
+    return rows
 
 
 def _devices(
@@ -262,6 +290,8 @@ class Model:
     device_line: str = ""
     # kgate.compare.Comparison of this device and the campaign's other device classes, or None
     devices: Any = None
+    # the campaign's epochs (kgate.epochs ledger) with the stages of this report that belong to each
+    epochs: list[dict[str, Any]] = field(default_factory=list)
 
 
 def build_model(
@@ -781,6 +811,8 @@ def _stage_view(stage: Stage, links: Links) -> dict[str, Any]:
         "runs": [],
         "manifest": None,
         "diff": None,
+        "ncu": None,
+        "model": None,
         "generic": None,
         "provenance": _provenance_rows(record.get("provenance")) if record else [],
         "wall": _wall(record),
@@ -801,6 +833,14 @@ def _stage_view(stage: Stage, links: Links) -> dict[str, Any]:
         view["manifest"] = [(clean(p), format_value(h)) for p, h in sorted(rest.pop("manifest").items())]
     if isinstance(rest.get("diff"), Mapping):
         view["diff"] = _diff_view(rest.pop("diff"), links)
+    if stage.name == "ncu":
+        from kgate import report_ncu
+
+        view["ncu"] = report_ncu.view(rest, links)
+    if stage.name == "model" and isinstance(rest.get("workloads"), list):
+        from kgate import report_model
+
+        view["model"] = report_model.view(rest, links)
     if rest:
         view["generic"] = generic_node(rest, ctx=_Ctx(stage.name, links))
     return view

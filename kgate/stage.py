@@ -17,7 +17,7 @@ from typing import Any
 
 from kgate import campaign as campaign_mod
 from kgate import device as device_mod
-from kgate import gate, paths, provenance
+from kgate import epochs, gate, paths, provenance
 from kgate.campaign import ROOT, Campaign
 from kgate.errors import IncompleteData
 from kgate.records import StageResult, build_record, read_record, write_json
@@ -52,7 +52,8 @@ class Context:
             python_path=tuple(self.campaign.data["target"].get("python_path", ["."])),
             cpu=cpu, cpu_setup=(ROOT / setup) if (cpu and setup) else None,
             test_timeout_s=int(test_timeout), run_timeout_s=int(self.args.runtime_min * 60 * 0.9),
-            workers=int(self.args.workers))
+            workers=int(self.args.workers),
+            env_record=tuple(self.campaign.data.get("env", {}).get("record", [])))
 
 
 def add_common_arguments(p: argparse.ArgumentParser) -> None:
@@ -89,6 +90,7 @@ def execute(stage: str, fn: StageFn, args: argparse.Namespace) -> int:
     clock = provenance.Clock()
     overrides = {"target_path": args.target_path, "candidate": args.candidate_source}
     camp = campaign_mod.load(args.campaign_file, overrides)
+    epoch = epochs.current(camp)
     dev = device_mod.check_class(args.gpu)
     inputs = load_inputs(args.input_record, force=bool(getattr(args, "force", False)))
     ctx = Context(campaign=camp, gpu=args.gpu, candidate=args.candidate, args=args,
@@ -98,7 +100,8 @@ def execute(stage: str, fn: StageFn, args: argparse.Namespace) -> int:
     prov = provenance.collect(clock=clock, device=dev.as_dict(), env_patterns=env_patterns,
                               local_rule=bool(args.local_rule))
     record = build_record(stage=stage, campaign=camp.name, gpu=args.gpu, candidate=args.candidate,
-                          result=result, provenance=prov)
+                          result=result, provenance=prov,
+                          epoch={"number": epoch["number"], "contract": epoch["contract"]} if epoch else None)
     write_json(Path(args.record), record)
     print(f"kgate {stage}: {record['status']}" + (f" ({'; '.join(record['reasons'])})" if record["reasons"] else ""))
     return 0

@@ -3,7 +3,9 @@
 Rule: walk the stages in pipeline order. The first record whose status is
 not ``pass`` decides: fail -> NO-GO, stop -> STOPPED, inconclusive or
 unavailable -> INCONCLUSIVE; every later stage is listed as not run, blocked
-by that gate. If every stage that ran passed: on CPU the verdict is SMOKE
+by that gate. On CPU an ``unavailable`` record (a stage that cannot measure
+there, such as ncu's hardware counters) decides nothing: it is listed, and the
+run stays a smoke. If every stage that ran passed: on CPU the verdict is SMOKE
 (the interpreter proves the pipeline, never the kernel's speed); on a GPU it
 is GO only when every stage of the full protocol has a passing record, else
 INCONCLUSIVE naming the missing evidence. A forced run (past a STOP) keeps
@@ -57,7 +59,8 @@ def compute(records: list[dict[str, Any]], *, campaign: str, gpu: str, candidate
         if rec is not None:
             stages.append({"stage": stage, "status": rec["status"],
                            "record": str(paths.record(campaign, gpu, stage, rec.get("candidate")))})
-            if rec["status"] != "pass" and decided is None and rec["status"] != "skip":
+            cpu_only = gpu == "cpu" and rec["status"] == "unavailable"
+            if rec["status"] not in ("pass", "skip") and decided is None and not cpu_only:
                 bad = _first_bad_gate(rec)
                 decided = {"stage": stage, "gate": bad["name"] if bad else None}
                 word = WORD.get(rec["status"], "INCONCLUSIVE")
@@ -76,8 +79,10 @@ def compute(records: list[dict[str, Any]], *, campaign: str, gpu: str, candidate
         missing = [s["stage"] for s in stages if s["status"] == "not_run"]
         if gpu == "cpu":
             word = "SMOKE"
-            sentence = (f"CPU smoke run: all {len(records)} stages that ran passed their gates under the Triton "
-                        f"interpreter; CPU timings mean nothing and a CPU run never yields GO")
+            na = [r["stage"] for r in records if r["status"] == "unavailable"]
+            sentence = (f"CPU smoke run: the {len(records) - len(na)} stages that measured passed their gates under "
+                        "the Triton interpreter" + (f" ({', '.join(na)}: unavailable on CPU)" if na else "")
+                        + "; CPU timings mean nothing and a CPU run never yields GO")
             decided = {"stage": None, "gate": None}
         elif missing:
             word = "INCONCLUSIVE"

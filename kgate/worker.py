@@ -18,8 +18,10 @@ End of input (the coordinator died) ends the worker.
 Commands: ``init`` (install the interpreter on CPU, import the callable and
 the campaign's input generator, allocate the L2 flush buffer), ``registry``,
 ``prepare`` (generate a row's inputs from the fixed seed, return sha256 of
-every tensor), ``warm``, ``time``, ``profile``, ``autotune``, ``resources``,
-``launch_cost``, ``bandwidth``, ``release``, ``quit``.
+every tensor), ``outputs`` (one call, outputs and gradients saved for the
+BENCH_BASE comparison), ``warm``, ``time``, ``profile``, ``autotune``, ``resources``,
+``launch_cost``, ``bandwidth``, ``profile_range`` (one call inside a CUDA profiler
+range, for Nsight Compute), ``release``, ``quit``.
 
 Method
 ------
@@ -452,6 +454,32 @@ class Worker:
         except Exception as exc:
             raise TargetError(f"row {rs.name} {mode}: {type(exc).__name__}: {exc}") from exc
 
+    def outputs(self, row: str, path: str) -> dict[str, Any]:
+        """One fwdbwd call on the row's inputs; every tensor output and every leaf gradient is saved
+        (CPU copies, ``torch.save``) to ``path`` for kgate's BENCH_BASE comparison. Returns their sha256."""
+        torch = self.s.torch
+        rs = self._row(row)
+        self._prep(rs)
+        try:
+            out = self.s.fn(*rs.args, **rs.kwargs)
+            outs = list(out) if isinstance(out, (tuple, list)) else [out]
+            sel = [outs[i] for i in self.s.differentiate]
+            if rs.grads is None:
+                rs.grads = self._grads_for(rs, sel)
+            torch.autograd.backward(sel, rs.grads)
+        except ValueError:
+            raise
+        except Exception as exc:
+            raise TargetError(f"row {rs.name} outputs: {type(exc).__name__}: {exc}") from exc
+        tensors = {f"output[{i}]": o.detach() for i, o in enumerate(outs) if isinstance(o, torch.Tensor)}
+        tensors.update({f"grad[{j}]": t.grad for j, t in enumerate(rs.leaves)
+                        if isinstance(t, torch.Tensor) and t.grad is not None})
+        self._sync()
+        torch.save({k: v.cpu() for k, v in tensors.items()}, path)
+        return {"sha256": {k: tensor_sha(torch, v) for k, v in tensors.items()},
+                "shapes": {k: list(v.shape) for k, v in tensors.items()},
+                "dtypes": {k: str(v.dtype) for k, v in tensors.items()}}
+
     def _row(self, row: str) -> RowState:
         if row not in self.s.rows:
             raise ValueError(f"row {row} was not prepared")
@@ -585,6 +613,26 @@ class Worker:
         return {"iterations": iterations, "kernels": kernels, "flush_kernels": flush, "timer": timer,
                 "alloc_sizes": dict(sizes), "peak_bytes": int(peak), "peak_method": peak_method,
                 "allocated_before": int(before)}
+
+    def profile_range(self, row: str, mode: str) -> dict[str, Any]:
+        """One call inside a CUDA profiler range (cudaProfilerStart ... cudaProfilerStop): the only
+        launches a profiler started with ``--profile-from-start off`` sees (kgate's ncu stage). Leaf
+        gradients are dropped, garbage collected and L2 flushed first, outside the range; the range
+        ends after a synchronisation, so every launch of the call is inside it."""
+        s = self.s
+        if not s.cuda:
+            raise ValueError("profile_range needs a GPU (a profiler range has no meaning under the interpreter)")
+        rs = self._row(row)
+        self._prep(rs)
+        self._flush()
+        self._sync()
+        s.torch.cuda.profiler.start()
+        try:
+            self._call(rs, mode)
+            self._sync()
+        finally:
+            s.torch.cuda.profiler.stop()
+        return {"row": row, "mode": mode, "calls": 1, "range": "cudaProfilerStart/cudaProfilerStop"}
 
     # facts about the arm -------------------------------------------------------
 
@@ -824,7 +872,8 @@ def main(argv: list[str] | None = None) -> int:
     handlers = {"init": worker.init, "prepare": worker.prepare, "warm": worker.warm, "time": worker.time,
                 "profile": worker.profile, "autotune": worker.autotune, "resources": worker.resources,
                 "sources": worker.sources, "launch_cost": worker.launch_cost, "bandwidth": worker.bandwidth,
-                "registry": worker.registry, "release": worker.release}
+                "registry": worker.registry, "release": worker.release, "outputs": worker.outputs,
+                "profile_range": worker.profile_range}
     for line in sys.stdin:
         if not line.strip():
             continue

@@ -8,12 +8,13 @@ clone) and is cheap, so the candidate's identity is recomputed every time.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kgate import campaign as campaign_mod
-from kgate import candidate, device
+from kgate import candidate, device, epochs, paths
 from kgate.campaign import Campaign, validate
 
 
@@ -26,6 +27,7 @@ class Run:
     candidate: str
     force: bool
     config: dict[str, Any]
+    epoch: dict[str, Any]
 
     @property
     def name(self) -> str:
@@ -53,12 +55,40 @@ def resolve(config: dict[str, Any]) -> Run:
     gpu = cfg.get("gpu", "auto")
     if gpu == "auto":
         gpu = device.detect().klass
-    force = cfg.get("force", False)
-    force = force if isinstance(force, bool) else force.lower() == "true"
-    return Run(campaign=camp, gpu=gpu, candidate=candidate.identity(camp), force=force,
-               config=cfg)
+    epoch = epochs.open_or_check(camp, _flag(cfg.get("new_epoch", False)))
+    return Run(campaign=camp, gpu=gpu, candidate=candidate.identity(camp), force=_flag(cfg.get("force", False)),
+               config=cfg, epoch=epoch)
+
+
+def _flag(value: bool | str) -> bool:
+    """A boolean config value given as YAML or on the command line (``--config force=true``)."""
+    return value if isinstance(value, bool) else value.lower() == "true"
 
 
 def status(path: str | Path) -> str:
     """Status of a finished record (read by the report's input function)."""
     return json.loads(Path(path).read_text())["status"]
+
+
+def gated_walk(status_of: Callable[[str], str], force: bool = False) -> list[str]:
+    """The stages the report's input function asks for, in order (workflow/rules/common.smk).
+
+    ``status_of(stage)`` makes the stage's checkpoint known (Snakemake runs it
+    first) and returns its record's status. A stage is asked for only when
+    every one of its gating inputs (``paths.GATING_INPUTS``) passed, or
+    stopped in a forced run; a record that could not measure (``unavailable``)
+    blocks only the stages that gate on it; any other status (fail, stop,
+    inconclusive) ends the walk, so no stage is ever asked for past a failed
+    gate. Tests: tests/test_model_gates.py.
+    """
+    asked, passed = [], set()
+    for stage in paths.STAGES:
+        if any(s not in passed for s in paths.GATING_INPUTS[stage]):
+            continue
+        asked.append(stage)
+        st = status_of(stage)
+        if st == "pass" or (st == "stop" and force):
+            passed.add(stage)
+        elif st != "unavailable":
+            break
+    return asked

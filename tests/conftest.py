@@ -22,8 +22,9 @@ class Workflow:
     workdir: Path
 
     def run(self, *config: str, args: tuple[str, ...] = (), profile: str = "profiles/local",
-            timeout: int = 1800) -> subprocess.CompletedProcess[str]:
+            timeout: int = 1800, extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
         env = dict(os.environ)
+        env.update(extra_env or {})
         env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
         env.pop("PYTHONPATH", None)
         cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(self.workdir),

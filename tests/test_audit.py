@@ -149,12 +149,14 @@ def test_allowed_overlap_is_a_warning_naming_both_campaigns_and_exit_1(tmp_path)
     (pair,) = target["pairs"]
     assert pair["allowed"] == [{"a": "fla/ops/rwkv6/chunk.py", "b": "fla/ops/rwkv6/*.py",
                                 "example": "fla/ops/rwkv6/chunk.py"}]
-    assert pair["timed"]["shared"][0]["op"] == "op:fla.ops.rwkv6:chunk_rwkv6"
+    # both time the op and, in the model stage, the same causal LM
+    assert [s["op"] for s in pair["timed"]["shared"]] == ["model:fla.models.rwkv6:RWKV6ForCausalLM",
+                                                        "op:fla.ops.rwkv6:chunk_rwkv6"]
 
 
 def test_missing_timed_sections_are_said_to_be_none_declared(tmp_path) -> None:
     bare = _campaign(tmp_path, "rwkv6-bwd-fusion", "rwkv6-untimed", measure=None, profile=None, bench=None,
-                     notes=None, allowed_paths=["fla/ops/rwkv6/fused_chunk.py"])
+                     model=None, notes=None, allowed_paths=["fla/ops/rwkv6/fused_chunk.py"])
     proc = _kgate("audit", "--campaigns", f"rwkv6-bwd-fusion,{bare}")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "none declared (no measure," in proc.stdout

@@ -88,7 +88,9 @@ def test_bench_runs_interleaved_rounds_on_identical_inputs(identity) -> None:
         assert row["peak_drop_bytes"] == 0 and row["kernels"]["base"] == row["kernels"]["cand"]
     assert set(data["input_hashes"]) == {"tiny_D16", "tiny_varlen_D16"}
     g = gates(rec)
-    timed = [x for name, x in g.items() if name not in ("peak_memory_drop", "gpu_exclusive", "no_optimized_row_slow")]
+    timed = [x for name, x in g.items()
+             if name not in ("peak_memory_drop", "gpu_exclusive", "no_optimized_row_slow", "same_env")]
+    assert g["same_env"]["status"] == "pass", g["same_env"]
     assert all(x["status"] == "skip" and CPU_NOTE in x["detail"] for x in timed), [x["name"] for x in timed]
     assert g["geomean_speedup"]["interval"] is not None
     assert g["peak_memory_drop"]["status"] == "pass"
@@ -103,3 +105,58 @@ def test_the_identity_run_is_a_smoke_verdict(identity) -> None:
     assert v["verdict"] == "SMOKE" and v["candidate"] == cid
     stages = {s["stage"]: s["status"] for s in v["stages"]}
     assert stages["profile_baseline"] == stages["profile_candidate"] == stages["bench"] == "pass"
+    assert stages["ncu"] == "unavailable" and "ncu: unavailable on CPU" in v["sentence"]
+
+
+def test_ncu_records_unavailable_on_cpu_with_what_it_would_run(identity) -> None:
+    """The Nsight Compute stage runs after bench and, without a GPU, records why it measured nothing."""
+    wf, cid = identity
+    rec = wf.record(CAMPAIGN, "ncu", cid)
+    assert rec["status"] == "unavailable" and rec["data"]["available"] is False
+    g = gates(rec)["ncu_counters"]
+    assert g["status"] == "unavailable" and "no GPU" in g["detail"]
+    planned = rec["data"]["commands_planned"]
+    assert list(planned) == ["B4_T2048_H16_D128", "B8_T2048_H32_D256", "varlen_D128"]
+    full = planned["B4_T2048_H16_D128"]["cand"]["full"]
+    assert "--profile-from-start" in full and full[full.index("--clock-control") + 1] == "none"
+    assert "Not measured:" in (wf.workdir / "reports" / CAMPAIGN / "cpu" / "index.html").read_text()
+
+
+def test_model_trains_both_workloads_in_interleaved_blocks(identity) -> None:
+    """The model stage runs past ncu's unavailable record: fla's RWKV6 LM from the flash-linear-attention sdist,
+    the kernels from each arm's worktree, dense and packed varlen blocks AB/BA, tokens/s summaries per arm."""
+    wf, cid = identity
+    rec = wf.record(CAMPAIGN, "model", cid)
+    assert rec["status"] == "pass", rec["reasons"]
+    data = rec["data"]
+    assert data["layers"] == {"requested": 1, "used": 1, "min": None, "reduced": False,
+                              "attempts": [{"layers": 1, "oom": None}]}
+    assert data["model"]["model_class"] == "fla.models.rwkv6:RWKV6ForCausalLM" and data["model"]["parameters"] > 0
+    [pkg] = data["model"]["packages"]
+    assert pkg["requirement"] == "flash-linear-attention==0.6.0" and {"layers", "models"} <= set(pkg["adds"])
+    for arm in ("base", "cand"):
+        info = data["workers"][arm]
+        assert info["modules"]["elsewhere"] == [] and info["modules"]["worktree"] > 0
+        assert info["class_files"]["model_class"].startswith(pkg["folder"])
+        worktree = "bench_base" if arm == "base" else f"cand-{cid}"
+        assert info["package_file"].endswith(f"/wt/{worktree}/fla/__init__.py"), info["package_file"]
+    sched = data["schedule"]
+    assert sched["tokens_per_step"] == 80 and sum(sched["varlen_lengths"]) == 80
+    assert len(sched["varlen_lengths"]) == 3 and len(set(sched["varlen_lengths"])) > 1
+    assert data["blocks"] == 3 and data["stopped"] == "the cap of 3 blocks per arm"
+    for w in data["workloads"]:
+        assert w["orders"] == ["AB", "BA", "AB"]
+        for arm in ("base", "cand"):
+            s = w["tokens_per_s"][arm]
+            assert s["n"] == 3 and s["min_tokens_per_s"] <= s["median_tokens_per_s"] <= s["max_tokens_per_s"]
+            assert len(w["block_tokens_per_s"][arm]) == 3 and w["peak_bytes"][arm] > 0
+        assert w["interval"][0] <= w["ratio"] <= w["interval"][1]
+    g = gates(rec)
+    for name in ("dense_tokens_per_s_gain", "varlen_tokens_per_s_neutral"):
+        assert g[name]["status"] == "skip" and g[name]["detail"].startswith(CPU_NOTE) and g[name]["interval"]
+    assert g["same_env"]["status"] == "pass" and g["gpu_exclusive"]["status"] == "skip"
+    ckpt = (wf.workdir / data["checkpoint"]).read_text().splitlines()
+    assert json.loads(ckpt[0])["kind"] == "header" and len(ckpt) == 1 + 3
+    html = (wf.workdir / "reports" / CAMPAIGN / "cpu" / "index.html").read_text()
+    assert "Model training throughput" in html and "Model dense: tokens/s per block" in html
+    assert {s["stage"]: s["status"] for s in wf.verdict(CAMPAIGN)["stages"]}["model"] == "pass"

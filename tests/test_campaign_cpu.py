@@ -37,9 +37,16 @@ def test_identity_candidate_passes_every_gate(rwkv6_workdir: Workflow) -> None:
     fx = rwkv6_workdir.record(CAMPAIGN, "fixture_freeze")["data"]
     assert fx["fixture_passed"] > fx["baseline_passed"] > 0
     assert "tests/test_chunk_rwkv6_oracle_bf16.py" in fx["manifest"]
+    ncu = rwkv6_workdir.record(CAMPAIGN, "ncu", cid)
+    assert ncu["status"] == "unavailable" and "no GPU" in ncu["data"]["reason"]
+    assert len([c for r in ncu["data"]["commands_planned"].values() for a in r.values() for c in a.values()]) == 12
     verdict = rwkv6_workdir.verdict(CAMPAIGN)
     assert verdict["verdict"] == "SMOKE"
     assert verdict["candidate"] == cid
+    assert {s["stage"]: s["status"] for s in verdict["stages"]}["ncu"] == "unavailable"
+    # model gates on bench, not on ncu: the walk reaches it past ncu's unavailable record
+    assert rwkv6_workdir.record(CAMPAIGN, "model", cid)["status"] == "pass"
+    assert {s["stage"]: s["status"] for s in verdict["stages"]}["model"] == "pass"
     html = (rwkv6_workdir.workdir / "reports" / CAMPAIGN / "cpu" / "index.html").read_text()
     assert "SMOKE" in html
     check = subprocess.run([sys.executable, "-m", "kgate", "verdict", "--check", CAMPAIGN, "--gpu", "cpu"],
@@ -61,6 +68,11 @@ def test_wrong_gradients_fail_the_candidate_gate(rwkv6_workdir: Workflow) -> Non
     verdict = rwkv6_workdir.verdict(CAMPAIGN)
     assert verdict["verdict"] == "NO-GO"
     assert verdict["decided_by"] == {"stage": "candidate_gate", "gate": "gate_tests_pass"}
+    # nothing past the failed gate was scheduled, the model stage included
+    assert cid not in rwkv6_workdir.candidate_ids(CAMPAIGN, "model")
+    assert not {"bench", "ncu", "model"} & set(ran_rules(proc))
+    model = {s["stage"]: s for s in verdict["stages"]}["model"]
+    assert model["status"] == "not_run" and model["why"].startswith("blocked by candidate_gate")
 
 
 @pytest.mark.parametrize(("overlay", "gate", "path"), [

@@ -1,18 +1,36 @@
-"""A real campaign through the Slurm profile on the local single-node cluster (scripts/slurm-local.sh).
+"""Real campaigns through profiles/slurm-local on the local single-node cluster (scripts/slurm-local.sh).
 
-Every compute stage must run as its own Slurm job (distinct job ids in the
-records); rules that need no compute node run on the submit host and say so.
+- The default campaign (rwkv6-bwd-fusion, CPU) runs to its SMOKE verdict: the
+  preflight (rule doctor) and every compute stage ran as its own Slurm job
+  (distinct job ids in the records, each job's log kept under its rule);
+  target and candidate_build ran on the submit host and say so.
+- The cheap second-op campaign's running baseline_tests job is cancelled with
+  scancel: Snakemake fails with the CANCELLED message naming the job id and
+  its log; the same command again completes without redoing the preflight or
+  target; dry runs then show that the preflight never reruns a finished stage.
+- A site problem that the preflight finds on the compute node fails the run
+  before any stage, naming the check.
+
+Snakemake runs under ``timeout -s INT``: SIGINT makes it scancel its jobs.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
-from conftest import Workflow, candidate_id
+from conftest import REPO, SDIST_CACHE, Workflow, candidate_id, ran_rules
 
-CAMPAIGN = "chunk-local-cumsum-identity"
+from kgate import paths, slurm
+
+DEFAULT = "rwkv6-bwd-fusion"
+SECOND_OP = "chunk-local-cumsum-identity"
+PROFILE = "profiles/slurm-local"
 
 
 def _cluster_up() -> bool:
@@ -26,28 +44,204 @@ pytestmark = [pytest.mark.campaign, pytest.mark.slurm,
               pytest.mark.skipif(not _cluster_up(), reason="no local Slurm: run scripts/slurm-local.sh start")]
 
 
-def test_each_compute_stage_is_its_own_slurm_job(tmp_path) -> None:
-    wf = Workflow(tmp_path)
-    proc = wf.run(f"campaign={CAMPAIGN}", profile="profiles/slurm-local", timeout=1500)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    cid = candidate_id(CAMPAIGN)
-    assert wf.verdict(CAMPAIGN)["verdict"] == "SMOKE"
-    records = {}
-    for stage_dir in sorted((tmp_path / "results" / CAMPAIGN / "cpu").iterdir()):
+def snakemake_cmd(workdir: Path, *config: str, args: tuple[str, ...] = (), limit_s: int = 1800) -> list[str]:
+    """kgate's Snakefile in ``workdir`` with the local cluster's profile, stopped by SIGINT after ``limit_s``."""
+    return ["timeout", "-s", "INT", "-k", "30", str(limit_s), sys.executable, "-m", "snakemake",
+            "-s", str(REPO / "Snakefile"), "-d", str(workdir), "--profile", str(REPO / PROFILE), *args,
+            "--config", f"sdist_cache={SDIST_CACHE}", *config]
+
+
+def env() -> dict[str, str]:
+    e = dict(os.environ)
+    e["PATH"] = str(Path(sys.executable).parent) + os.pathsep + e.get("PATH", "")
+    e.pop("PYTHONPATH", None)
+    return e
+
+
+def run(workdir: Path, *config: str, args: tuple[str, ...] = (), limit_s: int = 1800,
+        name: str = "snakemake") -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(snakemake_cmd(workdir, *config, args=args, limit_s=limit_s), capture_output=True,
+                          text=True, env=env(), timeout=limit_s + 120)
+    (workdir / f"{name}-{time.time():.0f}.log").write_text(proc.stdout + proc.stderr)
+    return proc
+
+
+def job_state(job_id: str) -> str:
+    p = subprocess.run(["squeue", "-h", "-j", job_id, "--states=all", "-o", "%T"], capture_output=True, text=True,
+                       timeout=30)
+    return p.stdout.strip()
+
+
+def wait_for(pred, timeout_s: float, what: str, step: float = 0.5):
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        got = pred()
+        if got:
+            return got
+        time.sleep(step)
+    raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
+
+
+def slurm_logs(workdir: Path, rule: str) -> list[Path]:
+    return sorted((workdir / ".snakemake" / "slurm_logs" / f"rule_{rule}").rglob("*.log"))
+
+
+def stage_records(wf: Workflow, campaign: str, cid: str) -> dict[str, dict]:
+    """Every record of the run (the preflight, baseline stages, the candidate's stages), by stage."""
+    out = {}
+    for stage_dir in sorted((wf.workdir / "results" / campaign / "cpu").iterdir()):
         if stage_dir.name == "report":
             continue
         cand = cid if (stage_dir / cid).is_dir() else None
-        records[stage_dir.name] = wf.record(CAMPAIGN, stage_dir.name, cand)
+        if (stage_dir / (cand or "") / "record.json").is_file():
+            out[stage_dir.name] = wf.record(campaign, stage_dir.name, cand)
+    return out
+
+
+def snapshot(path: Path) -> tuple[str, int]:
+    return path.read_text(), path.stat().st_mtime_ns
+
+
+def test_default_campaign_every_compute_stage_is_its_own_slurm_job(tmp_path) -> None:
+    t0 = time.monotonic()
+    proc = run(tmp_path)
+    took = time.monotonic() - t0
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    wf = Workflow(tmp_path)
+    cid = candidate_id(DEFAULT)
+    verdict = wf.verdict(DEFAULT)
+    assert verdict["verdict"] == "SMOKE" and verdict["candidate"] == cid, verdict["sentence"]
+
+    records = stage_records(wf, DEFAULT, cid)
+    ran = {s["stage"] for s in verdict["stages"] if s["status"] != "not_run"}
+    assert set(records) == ran | {paths.PREFLIGHT}, (sorted(records), sorted(ran))
+    assert {"target", "baseline_tests", "fixture_freeze", "profile_baseline", "candidate_build", "candidate_gate",
+            "profile_candidate", "bench"} <= ran, sorted(ran)
     compute = {s: r for s, r in records.items() if not r["provenance"]["local_rule"]}
     local = {s: r for s, r in records.items() if r["provenance"]["local_rule"]}
-    assert {"baseline_tests", "fixture_freeze", "candidate_gate"} <= set(compute)
-    assert {"target", "candidate_build"} <= set(local)
-    job_ids = [r["provenance"]["slurm"]["job_id"] for r in compute.values()]
-    assert all(job_ids), {s: r["provenance"]["slurm"] for s, r in compute.items()}
-    assert len(set(job_ids)) == len(job_ids), job_ids
-    for r in compute.values():
-        assert r["provenance"]["slurm"]["node"] == "localhost"
-    for r in local.values():
-        assert not (r["provenance"]["slurm"] or {}).get("job_id")
-    logs = list((tmp_path / ".snakemake" / "slurm_logs").rglob("*.log"))
-    assert len(logs) >= len(compute), "successful jobs' logs are kept as evidence"
+    assert {paths.PREFLIGHT, "baseline_tests", "fixture_freeze", "profile_baseline", "candidate_gate",
+            "profile_candidate", "bench"} <= set(compute), sorted(compute)
+    assert {"target", "candidate_build"} <= set(local), sorted(local)
+    jobs = {s: r["provenance"]["slurm"] for s, r in compute.items()}
+    ids = [j["job_id"] for j in jobs.values()]
+    assert all(i and i.isdigit() for i in ids), jobs
+    assert len(set(ids)) == len(ids), f"one Slurm job per compute stage: {jobs}"
+    for stage, job in jobs.items():
+        assert job["node"] == "localhost" and job["partition"] == "debug", (stage, job)
+        # the job's log is kept under its own rule, named by the job id (slurm-keep-successful-logs)
+        assert [p.name for p in slurm_logs(tmp_path, stage)] == [f"{job['job_id']}.log"], stage
+    for stage, r in local.items():
+        assert not (r["provenance"]["slurm"] or {}).get("job_id"), stage
+        assert not slurm_logs(tmp_path, stage), f"{stage} is a local rule: no Slurm job"
+
+    # the preflight ran first, on the compute node, in its own job
+    doctor = records[paths.PREFLIGHT]
+    gates = {g["name"]: g for g in doctor["gates"]}
+    assert doctor["status"] == "pass" and gates["device_class"]["status"] == "pass"
+    assert gates["compute_node"]["status"] == "pass" and jobs[paths.PREFLIGHT]["job_id"] in gates["compute_node"]["value"]
+    assert gates["slurm_partition"]["status"] == "pass" and "'debug'" in gates["slurm_partition"]["value"]
+    assert gates["ncu"]["status"] == gates["gpu_arch"]["status"] == "skip", "a CPU run skips the GPU checks"
+    assert doctor["provenance"]["finished_utc"] <= records["target"]["provenance"]["started_utc"]
+
+    # the report names every stage's job
+    summary = (tmp_path / "reports" / DEFAULT / "cpu" / "summary.md").read_text()
+    for stage in ("baseline_tests", "candidate_gate", "bench"):
+        assert f"{stage}: slurm {jobs[stage]['job_id']} on localhost" in summary, stage
+    check = subprocess.run([sys.executable, "-m", "kgate", "verdict", "--check", DEFAULT, "--gpu", "cpu"],
+                           cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert check.returncode == 3, check.stdout + check.stderr
+    print(f"[timing] default campaign through Slurm: {took:.1f} s; jobs: "
+          + ", ".join(f"{s}={j['job_id']}" for s, j in jobs.items()))
+
+
+def test_scancel_a_running_stage_then_the_same_command_resumes(tmp_path) -> None:
+    config = (f"campaign={SECOND_OP}",)
+    results = tmp_path / "results" / SECOND_OP / "cpu"
+    t0 = time.monotonic()
+    with open(tmp_path / "run1.log", "w") as out:
+        proc = subprocess.Popen(snakemake_cmd(tmp_path, *config, limit_s=900), env=env(), stdout=out,
+                                stderr=subprocess.STDOUT)
+        try:
+            logs = wait_for(lambda: slurm_logs(tmp_path, "baseline_tests"), 300, "baseline_tests' Slurm job")
+            job = logs[0].stem
+            # the kgate stage itself has started inside the job (its log is opened by the rule's shell)
+            stage_log = tmp_path / "logs" / SECOND_OP / "cpu" / "baseline_tests" / "record.log"
+            wait_for(stage_log.exists, 120, "the baseline_tests stage to start in its job")
+            assert job_state(job) == "RUNNING"
+            before = {s: snapshot(results / s / "record.json") for s in (paths.PREFLIGHT, "target")}
+            subprocess.run(["scancel", job], check=True, timeout=30)
+            rc = proc.wait(timeout=300)
+        finally:
+            if proc.poll() is None:
+                proc.send_signal(2)
+                proc.wait(timeout=240)
+    t1 = time.monotonic()
+    run1 = (tmp_path / "run1.log").read_text()
+    assert rc != 0, run1[-3000:]
+    assert job_state(job) == "CANCELLED"
+    failures = slurm.parse_snakemake_failures(run1)
+    assert [(f.rule, f.job_id, f.state) for f in failures] == [("baseline_tests", job, "CANCELLED")], run1[-3000:]
+    msg = failures[0].message()
+    assert job in msg and str(logs[0]) in msg and "CANCELLED" in msg and "rerun the same command" in msg
+    assert not (results / "baseline_tests" / "record.json").exists()
+
+    proc2 = run(tmp_path, *config, limit_s=900, name="run2")  # the same command again
+    t2 = time.monotonic()
+    assert proc2.returncode == 0, proc2.stderr[-4000:]
+    wf = Workflow(tmp_path)
+    assert wf.verdict(SECOND_OP)["verdict"] == "SMOKE"
+    rules = ran_rules(proc2)
+    assert "baseline_tests" in rules and not {"doctor", "target"} & set(rules), rules
+    for stage, snap in before.items():
+        assert snapshot(results / stage / "record.json") == snap, f"finished stage {stage} was redone"
+    resumed = wf.record(SECOND_OP, "baseline_tests")["provenance"]["slurm"]["job_id"]
+    assert resumed.isdigit() and resumed != job
+
+    # Rerunning never redoes a finished stage because of the preflight: not after the run, not when its
+    # record is newer than every stage's, not when the preflight itself is forced again (target takes its
+    # record as ancient()).
+    dry = run(tmp_path, *config, args=("-n",), limit_s=300, name="dry")
+    assert dry.returncode == 0 and "Nothing to be done" in dry.stdout + dry.stderr, dry.stdout[-3000:]
+    later = time.time() + 60
+    os.utime(results / paths.PREFLIGHT / "record.json", (later, later))
+    dry = run(tmp_path, *config, args=("-n",), limit_s=300, name="dry-newer")
+    assert dry.returncode == 0 and "Nothing to be done" in dry.stdout + dry.stderr, dry.stdout[-3000:]
+    dry = run(tmp_path, *config, args=("-n", "--forcerun", "doctor"), limit_s=300, name="dry-forced")
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    assert ran_rules(dry) == ["doctor"], ran_rules(dry)
+    print(f"[timing] run until the cancel was reported: {t1 - t0:.1f} s; rerun to SMOKE: {t2 - t1:.1f} s")
+
+
+def test_preflight_failure_on_the_compute_node_stops_before_any_stage(tmp_path) -> None:
+    # the upstream campaign reads the user's clone from the compute nodes: here it is not there
+    missing = tmp_path / "no-such-clone"
+    t0 = time.monotonic()
+    proc = run(tmp_path, "campaign=rwkv6-bwd-fusion-upstream", f"target_path={missing}", limit_s=300)
+    took = time.monotonic() - t0
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-3000:]
+    failures = slurm.parse_snakemake_failures(out)
+    assert [(f.rule, f.state) for f in failures] == [("doctor", "FAILED")], out[-3000:]
+    line = next(ln for ln in out.splitlines() if ln.startswith("kgate: error: preflight failed"))
+    assert f"Slurm job {failures[0].job_id}" in line and "target_path" in line and str(missing) in line
+    assert "set --config target_path=" in line
+    assert set(ran_rules(proc)) == {"doctor"}, ran_rules(proc)  # (the job's own log repeats the rule)
+    assert not (tmp_path / "results" / "rwkv6-bwd-fusion-upstream" / "cpu" / "target").exists()
+    assert not (tmp_path / "results" / "rwkv6-bwd-fusion-upstream" / "cpu" / "doctor" / "record.json").exists()
+    print(f"[timing] preflight failure through Slurm, until Snakemake exited: {took:.1f} s")
+
+
+def test_missing_partition_fails_at_the_first_submission(tmp_path) -> None:
+    # A site layer naming a partition the cluster does not have: the preflight is the first job submitted,
+    # so sbatch refuses it in seconds and no stage runs.
+    resources = ("slurm_partition='nope'", "slurm_account='kgate'", "gpu_model='tesla'", "gpu=0", "runtime=120",
+                 "test_timeout_s=900", "test_workers=1", "mem_mb=1000", "cpus_per_task=1")
+    t0 = time.monotonic()
+    proc = run(tmp_path, f"campaign={SECOND_OP}", args=("--default-resources", *resources), limit_s=300)
+    took = time.monotonic() - t0
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-3000:]
+    assert "Error in rule doctor:" in out and "invalid partition specified: nope" in out, out[-3000:]
+    assert not (tmp_path / "results" / SECOND_OP / "cpu" / "target").exists()
+    assert took < 60, f"took {took:.1f} s"
+    print(f"[timing] missing partition reported after {took:.1f} s")

@@ -1,11 +1,13 @@
-"""``python -m kgate doctor``: unit tests with canned command output, then the real
-local cluster (scripts/slurm-local.sh start) where one answers."""
+"""``python -m kgate doctor``: unit tests with canned command output, the preflight as the
+DAG's first rule (local executor), then the real local cluster (scripts/slurm-local.sh
+start) where one answers. The preflight through Slurm: tests/test_campaign_slurm.py."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -13,9 +15,13 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import Workflow, ran_rules
 
 from kgate import doctor
+from kgate.device import Device
 from kgate.doctor import Check, Proc
+from kgate.records import read_record
+from kgate.slurm import slurm_provenance
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -258,3 +264,140 @@ def test_cluster_status_command_matches_accounting(tmp_path):
     c = doctor.check_status_polling("sacct", 30)
     assert c.status == ("pass" if accounting else "fail"), c.message
     assert doctor.check_status_polling("squeue", 5).status == "pass"
+
+
+# --- the preflight: the workflow's first rule (python -m kgate doctor --record) ---
+
+CPU = Device("cpu", "cpu", None, None, None)
+H200 = Device("h200", "NVIDIA H200", "GPU-0000", "9.0", "580.65")
+NO_JOB = slurm_provenance({})
+IN_JOB = slurm_provenance({"SLURM_JOB_ID": "77", "SLURMD_NODENAME": "gpu-n1", "SLURM_JOB_PARTITION": "gpu"})
+ARCH_OK = ok('{"arch": "sm_90", "torch": "2.13.0", "triton": "3.9.0", "torch_archs": ["sm_90"], "ok": true}\n')
+UPSTREAM = str(REPO / "config" / "campaigns" / "rwkv6-bwd-fusion-upstream.yaml")
+
+
+def by_name(checks) -> dict[str, Check]:
+    return {c.name: c for c in checks}
+
+
+def test_preflight_outside_slurm_runs_no_slurm_command_and_skips_gpu_checks_on_cpu(tmp_path):
+    run = fake({})
+    site = doctor.Site(preflight=True, expected_class="cpu", cache_dirs=(str(tmp_path / "c"),))
+    checks = by_name(doctor.run_checks(site, run, job=NO_JOB, dev=CPU))
+    assert run.calls == [], "a local executor's preflight asks Slurm nothing"
+    for name in ("slurm_partition", "slurm_gpu", "slurm_status", "compute_node", "ncu", "gpu_arch"):
+        assert checks[name].status == "skip", checks[name]
+    assert checks["device_class"].status == "pass" and checks["caches"].status == "pass"
+    assert doctor.exit_code(list(checks.values())) == 0
+
+
+def test_preflight_in_a_gpu_job_checks_its_own_partition_without_a_nested_job(tmp_path, monkeypatch):
+    monkeypatch.setattr(doctor, "have_slurm", lambda: True)
+    monkeypatch.setattr(doctor, "find_ncu", lambda: None)
+    run = fake({("sinfo", "-h", "-p"): ok("gpu|up|2|mixed\n"), ("sinfo", "-h", "-N"): ok(SINFO_NODES),
+                (sys.executable,): ARCH_OK})
+    site = doctor.Site(preflight=True, expected_class="h200", cache_dirs=(str(tmp_path / "c"),))
+    checks = by_name(doctor.run_checks(site, run, job=IN_JOB, dev=H200))
+    assert checks["slurm_partition"].status == "pass" and "'gpu'" in checks["slurm_partition"].message
+    assert checks["slurm_gpu"].status == "pass", "a GPU class needs a partition with GPUs"
+    assert checks["slurm_status"].status == "skip", "status polling is the submit host's"
+    assert checks["compute_node"].status == "pass" and "job 77" in checks["compute_node"].message
+    assert not [c for c in run.calls if c[0] in ("srun", "scontrol")], run.calls
+    assert checks["device_class"].status == "pass" and checks["gpu_arch"].status == "pass"
+    assert checks["ncu"].status == "fail" and "not found" in checks["ncu"].message, "a GPU run needs ncu"
+
+
+def test_preflight_device_class_mismatch_fails_and_requires_the_gpu(tmp_path):
+    site = doctor.Site(preflight=True, expected_class="h200", cache_dirs=(str(tmp_path / "c"),))
+    checks = by_name(doctor.run_checks(site, fake({}), job=NO_JOB, dev=CPU))
+    assert checks["device_class"].status == "fail" and "--config gpu=cpu" in checks["device_class"].message
+    assert checks["ncu"].status == checks["gpu_arch"].status == "fail"
+
+
+def test_preflight_writes_a_stage_record(tmp_path):
+    clone = tmp_path / "clone"
+    clone.mkdir()
+    out = tmp_path / "results" / "doctor" / "record.json"
+    args = parse("--record", str(out), "--campaign-file", UPSTREAM, "--gpu", "cpu", "--target-path", str(clone),
+                 "--cache-dir", str(tmp_path / "c"))
+    assert doctor.run_preflight(args, fake({}), job=NO_JOB, dev=CPU) == 0
+    rec = read_record(out)
+    assert (rec["stage"], rec["status"], rec["gpu"], rec["candidate"]) == ("doctor", "pass", "cpu", None)
+    gates = {g["name"]: g for g in rec["gates"]}
+    assert list(gates) == list(doctor.REQUIREMENTS), "one gate per check, in order"
+    assert all(g["threshold"] == doctor.REQUIREMENTS[n] for n, g in gates.items())
+    assert gates["target_path"]["status"] == "pass" and str(clone) in gates["target_path"]["value"]
+    assert rec["data"]["target_path"] == str(clone) and rec["data"]["schema"] == doctor.SCHEMA
+    assert rec["provenance"]["local_rule"] is False and rec["provenance"]["device"]["class"] == "cpu"
+
+
+def test_preflight_failure_names_every_failed_check_and_writes_no_record(tmp_path, monkeypatch):
+    monkeypatch.setattr(doctor, "find_ncu", lambda: "/opt/nvidia/ncu")
+    denied = "==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU Performance Counters"
+    run = fake({("/opt/nvidia/ncu", "--version"): ok("Version 2025.3.0.0 (build 36273991)\n"),
+                ("/opt/nvidia/ncu",): Proc(1, denied + "\n", ""),
+                (sys.executable,): Proc(1, "", "RuntimeError: Triton: no kernel image for sm_103\n")})
+    out = tmp_path / "record.json"
+    args = parse("--record", str(out), "--campaign-file", UPSTREAM, "--gpu", "h200",
+                 "--target-path", str(tmp_path / "no-clone"), "--cache-dir", str(tmp_path / "c"))
+    with pytest.raises(doctor.PreflightError) as info:
+        doctor.run_preflight(args, run, job=NO_JOB, dev=H200)
+    msg = str(info.value)
+    assert msg.startswith("preflight failed") and "\n" not in msg
+    for part in ("target_path:", "no-clone", "set --config target_path=", "ncu:", "ERR_NVGPUCTRPERM",
+                 "gpu_arch:", "sm_103"):
+        assert part in msg, part
+    assert "caches:" not in msg and "device_class:" not in msg
+    assert not out.exists()
+
+
+def test_preflight_needs_campaign_and_gpu(tmp_path):
+    with pytest.raises(doctor.ConfigError, match="--campaign-file and --gpu"):
+        doctor.run_preflight(parse("--record", str(tmp_path / "r.json"), "--gpu", "cpu"), fake({}))
+
+
+def dot_edges(dot: str) -> set[tuple[str, str]]:
+    """Rule-name edges (from, to) of `snakemake --dag` output."""
+    names = {m.group(1): m.group(2) for m in re.finditer(r'^\s*(\d+)\[label = "([\w-]+)', dot, re.M)}
+    return {(names[a], names[b]) for a, b in re.findall(r"^\s*(\d+) -> (\d+)", dot, re.M)}
+
+
+def test_preflight_is_the_first_rule_of_the_dag(tmp_path):
+    proc = Workflow(tmp_path).run(args=("--dag",))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    edges = dot_edges(proc.stdout)
+    assert ("doctor", "target") in edges, edges
+    assert not [e for e in edges if e[1] == "doctor"], "the preflight depends on nothing"
+
+
+def test_local_preflight_failure_stops_the_dag_before_target(tmp_path):
+    t0 = time.monotonic()
+    proc = Workflow(tmp_path).run("campaign=rwkv6-bwd-fusion-upstream", f"target_path={tmp_path / 'no-clone'}")
+    took = time.monotonic() - t0
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "kgate: error: preflight failed (no Slurm job); no stage ran: target_path:" in out, out[-3000:]
+    assert ran_rules(proc) == ["doctor"], ran_rules(proc)
+    assert not (tmp_path / "results" / "rwkv6-bwd-fusion-upstream" / "cpu" / "target").exists()
+    assert took < 90, f"took {took:.1f} s"
+
+
+def test_rerun_preflight_never_reruns_a_finished_stage(tmp_path):
+    wf = Workflow(tmp_path)
+    until = ("--until", "target")
+    proc = wf.run(args=until)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert ran_rules(proc) == ["doctor", "target"], ran_rules(proc)
+    target = tmp_path / "results" / "rwkv6-bwd-fusion" / "cpu" / "target" / "record.json"
+    before = (target.read_text(), target.stat().st_mtime_ns)
+    record = tmp_path / "results" / "rwkv6-bwd-fusion" / "cpu" / "doctor" / "record.json"
+    later = time.time() + 60
+    os.utime(record, (later, later))  # newer than target's record
+    dry = wf.run(args=("-n", *until))
+    assert "Nothing to be done" in dry.stdout + dry.stderr, dry.stdout[-3000:]
+    forced = wf.run(args=("--forcerun", "doctor", *until))  # the preflight again, for real
+    assert forced.returncode == 0, forced.stderr[-3000:]
+    assert ran_rules(forced) == ["doctor"], ran_rules(forced)
+    assert (target.read_text(), target.stat().st_mtime_ns) == before
+    assert json.loads(record.read_text())["provenance"]["started_utc"] >= json.loads(before[0])["provenance"][
+        "started_utc"]

@@ -4,7 +4,11 @@ with profiles/slurm-local and a tiny standalone workflow in a scratch folder.
 (a) every rule runs as its own Slurm job; (b) a job cancelled with scancel
 mid-run fails the run, and rerunning the same command finishes without
 redoing the finished rules; (c) a rule over its time limit ends as TIMEOUT and
-kgate.slurm's message names the job id and the log.
+kgate.slurm's message names the job id and the log. The same on kgate's own
+stages (each a job; scancel of a running stage, then the same command
+resumes): tests/test_campaign_slurm.py. TIMEOUT stays standalone: a kgate
+stage stops its gate runs at 90 % of its runtime and records a measured
+failure, so by design it never reaches Slurm's limit.
 
 Skipped, with the reason, where no cluster answers. Snakemake runs under
 ``timeout -s INT``: SIGINT makes it scancel its jobs and exit, SIGTERM does not.

@@ -6,7 +6,8 @@ Named by the campaigns' ``measure.inputs``; loaded inside each arm's worker.
 benchmark registry entry for ``chunk_rwkv6`` (benchmarks/ops/registry.py at
 27967b97): ``r``, ``k``, ``v`` standard normal in ``dtype`` with gradients,
 ``w`` = logsigmoid of a standard normal (not clamped) with gradients, ``u``
-``[H, D]`` without gradient; default chunk size, no initial state. A row with
+``[H, D]`` without gradient; no initial state; the default chunk size unless
+the row sets ``chunk_size`` (kgate's BENCH_BASE comparison rows). A row with
 ``cu_seqlens`` is a packed variable-length batch (B must be 1, T the total).
 
 Values come from a generator on ``device`` seeded with ``seed`` (kgate passes
@@ -36,6 +37,8 @@ def make_inputs(row: dict[str, Any], *, device: torch.device, dtype: torch.dtype
     for t in (r, k, v, w):
         t.requires_grad_(True)
     kwargs: dict[str, Any] = {}
+    if row.get("chunk_size") is not None:
+        kwargs["chunk_size"] = int(row["chunk_size"])
     if row.get("cu_seqlens") is not None:
         cu = [int(x) for x in row["cu_seqlens"]]
         if B != 1 or cu[0] != 0 or cu[-1] != T:

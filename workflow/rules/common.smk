@@ -3,7 +3,7 @@ import sys
 
 from kgate import paths
 from kgate.errors import KgateError
-from kgate.workflow import resolve, status
+from kgate.workflow import gated_walk, resolve, status
 
 try:
     RUN = resolve(config)
@@ -34,21 +34,21 @@ def log_of(stage, cand=None):
 
 
 def gated_records(wildcards):
-    """Walk the stages in order; stop at the first record that did not pass.
+    """The records the report needs: kgate.workflow.gated_walk over the stage checkpoints.
 
     Each stage is a checkpoint, so its status is known before the next stage
-    is asked for: no job is ever scheduled past a failed gate. A forced run
-    (config force=true) walks on past a 'stop'; the verdict stays STOPPED.
+    is asked for. A stage is asked for only when its gating inputs
+    (paths.GATING_INPUTS) passed; an `unavailable` record (e.g. ncu on CPU)
+    blocks only the stages that gate on it; a failed gate ends the walk, so no
+    job is ever scheduled past a failed gate. A forced run (config force=true)
+    walks on past a 'stop'; the verdict stays STOPPED.
     """
-    out = []
-    for stage in paths.STAGES:
+
+    def status_of(stage):
         kw = {"campaign": C, "gpu": G}
         if stage in paths.CANDIDATE_STAGES:
             kw["cand"] = H
         getattr(checkpoints, stage).get(**kw)
-        path = rec(stage, H)
-        out.append(path)
-        st = status(path)
-        if st != "pass" and not (st == "stop" and RUN.force):
-            break
-    return out
+        return status(rec(stage, H))
+
+    return [rec(stage, H) for stage in gated_walk(status_of, RUN.force)]

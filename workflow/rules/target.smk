@@ -3,6 +3,9 @@ localrules: target
 
 
 checkpoint target:
+    input:
+        # the preflight ran (workflow/rules/doctor.smk); ancient: a rerun preflight is not newer evidence
+        doctor=ancient("results/{campaign}/{gpu}/doctor/record.json"),
     output:
         record="results/{campaign}/{gpu}/target/record.json",
     log:

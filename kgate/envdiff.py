@@ -1,0 +1,38 @@
+"""Environment comparison between stages and arms.
+
+Method: the variables a campaign names in ``env.record`` (TRITON_*, FLA_*,
+CUDA_*, torch flags) change numerics or dispatch, so two measurements are
+comparable only when those variables are equal. kgate records them for every
+stage process, every gate test process (at the end of its session, so a
+variable the code under test set while running is seen) and every measurement
+worker (after it imported the target). ``diff`` compares two such records;
+variables kgate sets itself per use (``KGATE_SET``: the arm's own Triton
+cache, the interpreter switch, the import path) and those the campaign lists
+in ``env.compare_ignore`` (device placement) are left out.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+KGATE_SET = frozenset({"TRITON_CACHE_DIR", "PYTHONPATH", "KGATE_WORKER"})
+
+
+def diff(before: dict[str, str], after: dict[str, str], ignore: list[str] | tuple[str, ...],
+         labels: tuple[str, str]) -> list[str]:
+    """Messages for every compared variable whose value differs (unset counts as a value)."""
+    skip = KGATE_SET | set(ignore)
+    msgs = []
+    for name in sorted((set(before) | set(after)) - skip):
+        a, b = before.get(name), after.get(name)
+        if a != b:
+            msgs.append(f"{name}: {_show(a)} at {labels[0]}, {_show(b)} at {labels[1]}")
+    return msgs
+
+
+def ignored(campaign_data: dict[str, Any]) -> list[str]:
+    return list(campaign_data.get("env", {}).get("compare_ignore", []))
+
+
+def _show(value: str | None) -> str:
+    return "unset" if value is None else repr(value)

@@ -1,0 +1,194 @@
+"""Epochs: the campaign's contract is fixed at the first freeze.
+
+Method: the *contract* is everything that judges a candidate: the target and
+its baseline (not the clone's path), the gate's test selection and its files
+(the gate suite folders, the CPU setup), the fixture (the overlay's content
+hash), the frozen set, the dispatch classes, and every threshold and row
+(``measure``, ``profile``, ``bench`` and any later judging section). Each part
+is hashed separately (sha256 over canonical JSON plus file contents); the
+contract's digest hashes the parts. The candidate, the hypothesis and the
+notes are not part of it.
+
+The ledger ``results/<campaign>/epochs.json`` (schema kgate.epochs/1) lists
+the epochs. When the DAG is built, ``open_or_check`` compares the current
+contract with the latest epoch: equal, fine; different before that epoch was
+frozen (no fixture_freeze passed yet), the epoch takes the new contract;
+different after a freeze, kgate refuses to run unless the explicit switch
+``new_epoch=true`` is given, which opens epoch n+1 and first copies the
+records of the results tree (record.json, verdict.json, manifest.json and
+candidate patches) to ``results/<campaign>/_epochs/<n>/``. Every stage checks
+the ledger again before it runs and stamps its record with the epoch number
+and the contract digest, so the report can say which result belongs to which
+epoch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kgate import overlay
+from kgate.campaign import ROOT, Campaign
+from kgate.errors import ConfigError, FormatVersionError, ProvenanceMismatch
+from kgate.records import write_json
+
+LEDGER_SCHEMA = "kgate.epochs/1"
+# top-level campaign keys that are not part of the contract
+NOT_CONTRACT = frozenset({"schema", "name", "hypothesis", "notes", "candidate"})
+ARCHIVED = ("record.json", "verdict.json", "manifest.json", "candidate.patch")
+
+
+@dataclass(frozen=True, slots=True)
+class Contract:
+    """The hashed contract: one sha256 (16 hex) per part, and their digest."""
+
+    digest: str
+    parts: dict[str, str]
+
+
+def _h(*chunks: bytes) -> str:
+    h = hashlib.sha256()
+    for c in chunks:
+        h.update(c)
+        h.update(b"\0")
+    return h.hexdigest()[:16]
+
+
+def _json(obj: Any) -> bytes:
+    return json.dumps(obj, sort_keys=True, default=str).encode()
+
+
+def _files(path: Path) -> list[bytes]:
+    """Relative names and contents of a file or of every file below a folder (caches skipped)."""
+    if path.is_file():
+        return [path.name.encode(), path.read_bytes()]
+    out = []
+    for f in sorted(p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        out += [str(f.relative_to(path)).encode(), f.read_bytes()]
+    return out
+
+
+def contract(c: Campaign) -> Contract:
+    """Hash the campaign's contract (see the module docstring)."""
+    d = c.data
+    target = json.loads(json.dumps(d["target"]))
+    target.get("repo", {}).pop("path", None)
+    suites = [ROOT / s for s in (target.get("pypi") or {}).get("gate_suite") or []]
+    gate = d["gate"]
+    gate_files = [b for s in suites for b in _files(s)]
+    if gate.get("cpu_setup"):
+        gate_files += _files(ROOT / gate["cpu_setup"])
+    parts = {
+        "target": _h(_json(target)),
+        "gate": _h(_json(gate), *gate_files),
+        "fixture": _h(_json(d["fixture"]), overlay.content_hash(d["fixture"]["overlay"], c.target_identity).encode()),
+        "frozen": _h(_json(d["frozen"])),
+    }
+    rest = {k: v for k, v in d.items() if k not in NOT_CONTRACT and k not in ("target", "gate", "fixture", "frozen")}
+    extra: list[bytes] = []
+    inputs = (d.get("measure") or {}).get("inputs")
+    if inputs and (ROOT / inputs).is_file():
+        extra = _files(ROOT / inputs)
+    parts["thresholds"] = _h(_json(rest), *extra)
+    return Contract(digest=_h(_json(parts)), parts=parts)
+
+
+def ledger_path(campaign: str) -> Path:
+    return Path("results") / campaign / "epochs.json"
+
+
+def read(campaign: str) -> dict[str, Any] | None:
+    """The ledger, or None when no run of this campaign has built its DAG here yet."""
+    p = ledger_path(campaign)
+    if not p.exists():
+        return None
+    data = json.loads(p.read_text())
+    if data.get("schema") != LEDGER_SCHEMA:
+        raise FormatVersionError(f"{p} has schema {data.get('schema')!r}, expected {LEDGER_SCHEMA}")
+    return data
+
+
+def _utc() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def _changed(old: dict[str, str], new: dict[str, str]) -> list[str]:
+    return sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+
+
+def open_or_check(c: Campaign, new_epoch: bool) -> dict[str, Any]:
+    """At DAG build: the current epoch, opening or updating one as the module docstring says.
+    Raises ConfigError (one line) when the contract changed after a freeze without the switch."""
+    cur = contract(c)
+    ledger = read(c.name)
+    if ledger is None:
+        ledger = {"schema": LEDGER_SCHEMA, "campaign": c.name, "epochs": []}
+        ledger["epochs"].append(_entry(1, cur, "first run", []))
+        write_json(ledger_path(c.name), ledger)
+        return ledger["epochs"][-1]
+    last = ledger["epochs"][-1]
+    if last["contract"] == cur.digest:
+        return last
+    changed = _changed(last["parts"], cur.parts)
+    if not last["frozen"]:
+        last.update(contract=cur.digest, parts=cur.parts, updated_utc=_utc())
+        last.setdefault("changed_before_freeze", []).append(changed)
+        write_json(ledger_path(c.name), ledger)
+        return last
+    if not new_epoch:
+        raise ConfigError(
+            f"campaign {c.name}: the contract changed since epoch {last['number']} was frozen "
+            f"(changed: {', '.join(changed)}); results of epoch {last['number']} were judged against it. "
+            f"Restore it, or start epoch {last['number'] + 1} with --config new_epoch=true")
+    archive(c.name, last["number"])
+    entry = _entry(last["number"] + 1, cur, "new_epoch switch", changed)
+    ledger["epochs"].append(entry)
+    write_json(ledger_path(c.name), ledger)
+    return entry
+
+
+def _entry(number: int, cur: Contract, reason: str, changed: list[str]) -> dict[str, Any]:
+    return {"number": number, "contract": cur.digest, "parts": cur.parts, "opened_utc": _utc(), "reason": reason,
+            "changed": changed, "frozen": {}}
+
+
+def archive(campaign: str, number: int) -> Path:
+    """Copy the campaign's records (not caches or raw profiles) to results/<campaign>/_epochs/<number>/."""
+    root = Path("results") / campaign
+    dest = root / "_epochs" / str(number)
+    for f in sorted(root.rglob("*")):
+        rel = f.relative_to(root)
+        if not f.is_file() or f.name not in ARCHIVED or rel.parts[0] == "_epochs":
+            continue
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(f, dest / rel)
+    return dest
+
+
+def current(c: Campaign) -> dict[str, Any] | None:
+    """For a stage: the latest epoch, which must hold the current contract (None without a ledger)."""
+    ledger = read(c.name)
+    if ledger is None:
+        return None
+    last = ledger["epochs"][-1]
+    cur = contract(c)
+    if last["contract"] != cur.digest:
+        raise ProvenanceMismatch(
+            f"campaign {c.name}: the contract differs from epoch {last['number']}'s "
+            f"(changed: {', '.join(_changed(last['parts'], cur.parts))}); this stage does not run in a changed "
+            f"contract: rebuild the DAG (snakemake refuses without new_epoch=true)")
+    return last
+
+
+def mark_frozen(c: Campaign, gpu: str, bench_base: str) -> None:
+    """fixture_freeze passed on ``gpu``: the current epoch is frozen from now on."""
+    ledger = read(c.name)
+    if ledger is None:
+        ledger = {"schema": LEDGER_SCHEMA, "campaign": c.name, "epochs": [_entry(1, contract(c), "first run", [])]}
+    ledger["epochs"][-1]["frozen"][gpu] = {"bench_base": bench_base, "utc": _utc()}
+    write_json(ledger_path(c.name), ledger)

@@ -1,0 +1,80 @@
+"""Numeric settings a candidate's diff introduces or removes (``candidate_build``).
+
+Method: for every changed Python file, take a census of *explicit numeric
+settings* in the BENCH_BASE version and in the candidate's version, and
+compare the two as multisets of ``(rule, normalized text)``. A setting that
+appears more often, or less often, in the candidate is flagged with its
+rule, line and text. Removals count: deleting ``input_precision="ieee"``
+from a ``tl.dot`` switches that dot to Triton's TF32 default, and deleting
+an ``allow_tf32=False`` does the same in PyTorch.
+
+The rules (``RULES``) are kgate's, generic over Triton and PyTorch code:
+dot input precision and TF32 switches, process-wide float32 matmul
+precision, fast-math and fused multiply-add switches, approximate math
+functions, lower-precision accumulators and ``out_dtype``, imprecise
+accumulation, and numeric tolerances written in code. Campaigns add their
+own via ``candidate.forbid_patterns`` (added lines only).
+
+Limits: a text census, not a type analysis. A new ``tl.dot`` with no
+explicit precision inherits the kernel's default and is not flagged by
+itself (the frozen gate and the BENCH_BASE output comparison judge its
+numbers); a setting hidden behind a variable or built from strings is not
+seen here (the environment comparison of the gate stages catches the
+environment variable route).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+
+RULES: dict[str, str] = {
+    "dot_precision": r"\b(input_precision|allow_tf32)\s*=\s*[^,)\n]+",
+    "tf32_switch": r"\b(allow_tf32\s*=\s*\w+|set_float32_matmul_precision\s*\([^)\n]*\)|"
+                   r"float32_matmul_precision\s*=\s*[^\n]+|TRITON_F32_DEFAULT[^\n]*)",
+    "fast_math": r"\b(enable_fp_fusion\s*=\s*\w+|fast_?math\w*(\s*=\s*\w+)?|"
+                 r"(tl|libdevice|math)\.\w*fast_\w+|(tl|libdevice|math)\.\w*approx\w*)",
+    "low_precision_accumulator": r"\b(out_dtype\s*=\s*[\w.]+|max_num_imprecise_acc\s*=\s*[^,)\n]+|"
+                                 r"tl\.zeros\([^)\n]*dtype\s*=\s*tl\.(float16|bfloat16|float8\w*)\))",
+    "tolerance": r"\b(atol|rtol|eps|tol)\s*=\s*[-+0-9.eE]+",
+}
+_COMPILED = {name: re.compile(rx) for name, rx in RULES.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    """One explicit numeric setting found in a file."""
+
+    rule: str
+    text: str
+    line: int
+
+
+def census(source: str) -> list[Setting]:
+    """Every explicit numeric setting in ``source`` (comments excluded)."""
+    out = []
+    for n, raw in enumerate(source.splitlines(), start=1):
+        code = raw.split("#", 1)[0]
+        for rule, rx in _COMPILED.items():
+            for m in rx.finditer(code):
+                out.append(Setting(rule, re.sub(r"\s+", "", m.group(0)), n))
+    return out
+
+
+def compare(base: str | None, cand: str | None, path: str) -> list[str]:
+    """Settings whose count differs between the two versions of ``path``, as messages."""
+    before = census(base or "")
+    after = census(cand or "")
+    cb = Counter((s.rule, s.text) for s in before)
+    ca = Counter((s.rule, s.text) for s in after)
+    msgs = []
+    for key in sorted(set(cb) | set(ca)):
+        delta = ca[key] - cb[key]
+        if delta > 0:
+            lines = [s.line for s in after if (s.rule, s.text) == key]
+            msgs.append(f"{path}:{lines[-1]}: {key[0]} added ({key[1]}, {cb[key]} -> {ca[key]})")
+        elif delta < 0:
+            lines = [s.line for s in before if (s.rule, s.text) == key]
+            msgs.append(f"{path}:{lines[-1]} (BENCH_BASE): {key[0]} removed ({key[1]}, {cb[key]} -> {ca[key]})")
+    return msgs

@@ -1,0 +1,106 @@
+"""Candidate against BENCH_BASE on the same inputs: every output and gradient compared.
+
+Method: ``candidate_gate`` starts one worker per arm (BENCH_BASE's worktree
+and the candidate's, the shared gate Triton cache: nothing is timed) and asks
+each for one fwdbwd call of ``measure.callable`` on every row of
+``dispatch.rows`` (``dispatch.cpu_rows`` on CPU), inputs drawn from the row's
+seed (their hashes must be equal across arms). Each arm saves its tensors;
+the stage loads both and reports, per row and tensor, whether the bytes are
+identical (sha256) and the max absolute difference in float64. A row whose
+``dispatch`` class the candidate does not enable runs the fallback: it must
+be bit-identical, else the gate fails with the row and tensors. Differences
+on enabled classes are reported, not judged here (the frozen tests judge
+them against their tolerances).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from kgate import measure, paths
+from kgate.errors import ConfigError
+from kgate.measure import Row, row_from_spec
+from kgate.records import Gate
+
+
+def rows_for(campaign_data: dict[str, Any], cpu: bool) -> list[Row]:
+    """The comparison rows of this device, each with a declared dispatch class."""
+    d = campaign_data.get("dispatch") or {}
+    key = "dispatch.cpu_rows" if cpu else "dispatch.rows"
+    known = {k["name"] for k in d.get("classes", [])}
+    rows = [row_from_spec(r, key) for r in d.get("cpu_rows" if cpu else "rows", [])]
+    for r in rows:
+        cls = r.values.get("dispatch")
+        if cls not in known:
+            raise ConfigError(f"key '{key}': row {r.name} names dispatch class {cls!r}, not one of "
+                              f"{', '.join(sorted(known))}")
+    return rows
+
+
+def compare(ctx: Any, wt_base: Path, wt_cand: Path, rows: list[Row], enabled: tuple[str, ...]) -> dict[str, Any]:
+    """Run both arms on ``rows``; return per-row results (see the module docstring)."""
+    import torch
+
+    c, gpu = ctx.campaign, ctx.gpu
+    spec = measure.load_spec(c, gpu)
+    if spec is None:
+        raise ConfigError(f"campaign {c.name}: key 'dispatch.rows' needs a measure section (the callable)")
+    cache = paths.triton_cache(c.name, gpu, "gate")
+    deadline = measure.Deadline(ctx.args.runtime_min * 60 * 0.3)
+    out_dir = ctx.out_dir / "outputs"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    arms = measure.start_arms(ctx, spec, [("base", wt_base, cache), ("cand", wt_cand, cache)], deadline)
+    results = []
+    try:
+        for row in rows:
+            prepared = measure.ask_all(arms, "prepare", rows=[row.values])
+            measure.compare_hashes("input", row.name, {a: prepared[a][row.name]["tensors"] for a in prepared})
+            files = {a.name: out_dir / f"{row.name}.{a.name}.pt" for a in arms}
+            got = {a.name: a.request("outputs", row=row.name, path=str(files[a.name].resolve())) for a in arms}
+            measure.ask_all(arms, "release", rows=[row.name])
+            base_t = torch.load(files["base"])
+            cand_t = torch.load(files["cand"])
+            tensors = []
+            for name in sorted(set(base_t) | set(cand_t)):
+                a, b = base_t.get(name), cand_t.get(name)
+                same = got["base"]["sha256"].get(name) == got["cand"]["sha256"].get(name)
+                if a is None or b is None or a.shape != b.shape:
+                    tensors.append({"tensor": name, "identical": False, "max_abs_diff": None,
+                                    "note": "missing or different shape in one arm"})
+                    continue
+                diff = (a.double() - b.double()).abs()
+                finite = torch.isfinite(diff)
+                max_abs = float(diff[finite].max()) if bool(finite.any()) else 0.0
+                tensors.append({"tensor": name, "identical": same, "max_abs_diff": max_abs,
+                                "nonfinite_mismatch": int((~finite).sum()), "dtype": str(a.dtype)})
+            for f in files.values():
+                f.unlink(missing_ok=True)
+            cls = row.values["dispatch"]
+            results.append({"row": row.name, "dispatch": cls, "path": "optimized" if cls in enabled else "fallback",
+                            "identical": all(t["identical"] for t in tensors), "tensors": tensors})
+    finally:
+        for a in arms:
+            a.close()
+    return {"rows": results, "workers": {a.name: a.info for a in arms}}
+
+
+def gates(result: dict[str, Any] | None, reason: str | None, evidence: str) -> list[Gate]:
+    """``outputs_vs_bench_base`` (reported) and ``fallback_bit_identical`` (judged)."""
+    if result is None:
+        return [Gate("outputs_vs_bench_base", "max |candidate - BENCH_BASE| per output and gradient", reason, "skip"),
+                Gate("fallback_bit_identical", "rows of classes the candidate does not enable are bit-identical",
+                     reason, "skip")]
+    rows = result["rows"]
+    worst = [f"{r['row']} ({r['path']}): max {max((t['max_abs_diff'] or 0.0) for t in r['tensors']):.3g}"
+             for r in rows]
+    fallback = [r for r in rows if r["path"] == "fallback"]
+    bad = [f"{r['row']} ({r['dispatch']}): " + ", ".join(
+        f"{t['tensor']} max |diff| {t['max_abs_diff']}" for t in r["tensors"] if not t["identical"])
+        for r in fallback if not r["identical"]]
+    return [Gate("outputs_vs_bench_base", "max |candidate - BENCH_BASE| per output and gradient (reported)",
+                 "; ".join(worst) or "no rows", "pass", evidence=evidence),
+            Gate("fallback_bit_identical", "rows of classes the candidate does not enable are bit-identical",
+                 f"{len(fallback) - len(bad)}/{len(fallback)} fallback row(s) identical",
+                 "fail" if bad else ("pass" if fallback else "skip"), evidence=evidence,
+                 detail="; ".join(bad) if bad else (None if fallback else "no fallback row in dispatch rows"))]

@@ -1,0 +1,184 @@
+"""The ncu comparison and its gates: the real H200 baseline (intra + inter) against candidate kernels.
+
+The candidate side here is synthetic (no candidate has been profiled yet): the
+real inter kernel's row renamed to the fused kernel, with the numbers each
+test changes. The baseline side is the real export.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+
+from kgate import ncu_compare, ncu_parse
+from kgate.ncu_compare import Regexes, Thresholds
+
+STEM = REPO / "tests" / "data" / "ncu" / "chunk_rwkv6_bwd_B4_T2048_H16_D128"
+INTRA, INTER, FUSED = "chunk_rwkv6_bwd_kernel_intra", "chunk_rwkv6_bwd_kernel_inter", "chunk_rwkv6_bwd_kernel_fused"
+RX = Regexes(re.compile(r"^chunk_rwkv6_bwd_kernel_(intra|inter)$"), re.compile(r"^chunk_rwkv6_bwd_kernel_fused"),
+             re.compile(r"^chunk_rwkv6_bwd_kernel_intra$"), re.compile(r"^chunk_rwkv6_bwd_kernel_fused"))
+# B4_T2048_H16_D128: dq and dk FP32, B*T*H*D*4 bytes each, written once and read once
+TEMP = 4 * 2048 * 16 * 128 * 4
+EXPECTED = ncu_compare.expected_traffic([(TEMP, 2), (TEMP, 2)])
+TH = Thresholds(traffic_tolerance=0.1, spill_ratio_max=1.0, occupancy_min_ratio=0.5, work_tolerance=0.1)
+MM = ncu_parse.load_map("9.0")
+
+
+@pytest.fixture(scope="module", name="base")
+def _base() -> list[dict]:
+    launches = ncu_parse.merge(ncu_parse.read_raw(Path(f"{STEM}.full.raw.csv")),
+                               ncu_parse.read_details(Path(f"{STEM}.full.details.csv")))
+    return ncu_parse.kernel_table(launches, MM)
+
+
+def fused(base: list[dict], **changes) -> dict:
+    """The synthetic fused kernel: inter's row renamed, doing intra's dots too, without the FP32 round trip."""
+    intra, inter = (next(k for k in base if k["kernel"] == n) for n in (INTRA, INTER))
+    row = copy.deepcopy(inter)
+    row["kernel"] = FUSED
+    row["duration_ns"] = 800_000.0
+    row["l2_store_sectors"] = intra["l2_store_sectors"] + inter["l2_store_sectors"] - 2 * TEMP // 32
+    row["l2_load_sectors"] = intra["l2_load_sectors"] + inter["l2_load_sectors"] - 2 * TEMP // 32 - 1_000_000
+    row["tensor_ops"] = {**inter["tensor_ops"], "tf32_dst_fp32": intra["tensor_ops"]["tf32_dst_fp32"]}
+    row["achieved_occupancy_pct"] = 12.0
+    row.update(changes)
+    return row
+
+
+def run_gates(base: list[dict], cand: list[dict], th: Thresholds = TH, hidden: list[str] | None = None,
+              capped: list[str] | None = None) -> dict[str, object]:
+    comp = ncu_compare.compare_row("B4_T2048_H16_D128", base, cand, RX, MM, EXPECTED)
+    gates = ncu_compare.gates([comp], th, [] if hidden is None else hidden, "profile_candidate census",
+                              capped or [], 16, "results/x/record.json")
+    return {g.name: g for g in gates}
+
+
+def test_expected_traffic_is_each_temporary_written_once_and_read_back() -> None:
+    assert EXPECTED == {"store_bytes": 2 * TEMP, "load_bytes": 2 * TEMP}
+    assert ncu_compare.expected_traffic([(100, 3)]) == {"store_bytes": 100, "load_bytes": 200}
+
+
+def test_the_comparison_sums_the_baseline_kernels_against_the_candidates(base) -> None:
+    comp = ncu_compare.compare_row("B4_T2048_H16_D128", base, [fused(base)], RX, MM, EXPECTED)
+    assert comp["baseline_kernels"] == [INTRA, INTER] and comp["candidate_kernels"] == [FUSED]
+    b = comp["baseline"]
+    assert b["duration_ns"] == pytest.approx(540224 + 345600) and b["launches"] == 2
+    assert b["dram_read_bytes"] == pytest.approx(222_723_584 + 683_147_520)
+    assert b["registers_per_thread"] == 255 and b["achieved_occupancy_pct"] == pytest.approx(12.225619)
+    assert b["global_store_bytes"] == pytest.approx((4_194_304 + 8_749_056) * 32)
+    assert b["local_bytes"] == pytest.approx((3_470_904 + 3_473_272) * 32)
+    by = {m["metric"]: m for m in comp["metrics"]}
+    assert by["global_store_bytes"]["change"] == pytest.approx(-TEMP * 2)
+    assert by["duration_ns"]["ratio"] == pytest.approx(800_000 / (540224 + 345600))
+    assert comp["removed_launches"] == {"base": 1, "cand": 0} and comp["replacement_kernels"] == [FUSED]
+    assert [s["reason"] for s in comp["top_stalls"]["base"]][0] == "long_scoreboard"
+
+
+def test_a_candidate_that_does_what_the_hypothesis_says_passes_every_gate(base) -> None:
+    g = run_gates(base, [fused(base)])
+    assert {name: gate.status for name, gate in g.items()} == {
+        "ncu_profiled_every_launch": "pass", "ncu_removed_launch": "pass", "ncu_fp32_traffic_removed": "pass",
+        "ncu_no_hidden_kernels": "pass", "ncu_no_new_spills": "pass", "ncu_occupancy_held": "pass",
+        "ncu_same_tensor_work": "pass"}
+    assert "stores -134.2 MB (need >= 120.8 MB)" in g["ncu_fp32_traffic_removed"].value
+    assert "removed-kernel launches 1 -> 0" in g["ncu_removed_launch"].value
+
+
+def test_the_baseline_against_itself_shows_no_mechanism(base) -> None:
+    """An A/A candidate: the removed launch is still there and no traffic disappears."""
+    g = run_gates(base, copy.deepcopy(base))
+    assert g["ncu_removed_launch"].status == "fail" and "1 -> 1" in g["ncu_removed_launch"].detail
+    assert g["ncu_fp32_traffic_removed"].status == "fail"
+    assert "stores -0.0 MB" in g["ncu_fp32_traffic_removed"].detail
+    assert g["ncu_no_new_spills"].status == g["ncu_occupancy_held"].status == g["ncu_same_tensor_work"].status == "pass"
+
+
+def test_stores_that_stay_fail_the_traffic_gate_with_the_numbers(base) -> None:
+    intra, inter = (next(k for k in base if k["kernel"] == n) for n in (INTRA, INTER))
+    g = run_gates(base, [fused(base, l2_store_sectors=intra["l2_store_sectors"] + inter["l2_store_sectors"])])
+    gate = g["ncu_fp32_traffic_removed"]
+    assert gate.status == "fail" and "stores -0.0 MB (need >= 120.8 MB)" in gate.detail and "loads -" in gate.detail
+
+
+def test_no_replacement_kernel_means_skipped_work(base) -> None:
+    inter = next(k for k in base if k["kernel"] == INTER)
+    g = run_gates(base, [])
+    assert g["ncu_removed_launch"].status == "fail" and "no replacement kernel ran" in g["ncu_removed_launch"].detail
+    # a kernel kept under its old name still counts on the candidate side
+    comp = ncu_compare.compare_row("r", base, [inter], RX, MM, EXPECTED)
+    assert comp["candidate_kernels"] == [INTER] and comp["replacement_kernels"] == [INTER]
+
+
+@pytest.mark.parametrize(("factor", "ratio_max", "status"), [(1.0, 1.0, "pass"), (1.5, 1.0, "fail"), (1.5, 2.0, "pass"),
+                                                              (0.0, 0.0, "pass"), (1.0, 0.0, "fail")])
+def test_spill_traffic_against_the_baseline_sides(base, factor: float, ratio_max: float, status: str) -> None:
+    """The baseline inter already spills; the gate allows at most ratio_max x that (0: none at all)."""
+    inter = next(k for k in base if k["kernel"] == INTER)
+    cand = fused(base, local_load_sectors=inter["local_load_sectors"] * factor,
+                 local_store_sectors=inter["local_store_sectors"] * factor)
+    g = run_gates(base, [cand], th=Thresholds(0.1, ratio_max, 0.5, 0.1))
+    assert g["ncu_no_new_spills"].status == status
+    assert "registers/thread 255" in g["ncu_no_new_spills"].value
+
+
+def test_an_occupancy_collapse_fails(base) -> None:
+    g = run_gates(base, [fused(base, achieved_occupancy_pct=5.0)])
+    gate = g["ncu_occupancy_held"]
+    assert gate.status == "fail" and "12.2 % -> 5.0 % (min 6.1 %)" in gate.detail
+
+
+def test_tensor_work_moved_to_another_precision_or_skipped_fails(base) -> None:
+    """intra's TF32 dots done in BF16 is a numeric-flag change; half the BF16 dots is skipped work."""
+    intra, inter = (next(k for k in base if k["kernel"] == n) for n in (INTRA, INTER))
+    total = inter["tensor_ops"]["bf16_dst_fp32"] + intra["tensor_ops"]["tf32_dst_fp32"]
+    moved = fused(base, tensor_ops={**inter["tensor_ops"], "bf16_dst_fp32": total, "tf32_dst_fp32": 0.0})
+    assert run_gates(base, [moved])["ncu_same_tensor_work"].status == "fail"
+    halved = fused(base)
+    halved["tensor_ops"]["bf16_dst_fp32"] /= 2
+    assert run_gates(base, [halved])["ncu_same_tensor_work"].status == "fail"
+    more = fused(base)
+    more["tensor_ops"]["bf16_dst_fp32"] *= 1.5
+    assert run_gates(base, [more])["ncu_same_tensor_work"].status == "pass"
+    ungated = run_gates(base, [moved], th=Thresholds(0.1, 1.0, 0.5, None))["ncu_same_tensor_work"]
+    assert ungated.status == "skip" and "tf32_dst_fp32" in ungated.value
+
+
+def test_a_metric_the_export_lacks_makes_its_gate_unavailable_not_a_crash(base) -> None:
+    g = run_gates(base, [fused(base, l2_store_sectors=ncu_parse.UNAVAILABLE, achieved_occupancy_pct=ncu_parse.UNAVAILABLE)])
+    traffic = g["ncu_fp32_traffic_removed"]
+    assert traffic.status == "unavailable" and "global_store_bytes" in traffic.detail
+    assert g["ncu_occupancy_held"].status == "unavailable"
+    assert g["ncu_removed_launch"].status == "pass"
+
+
+def test_a_derived_export_on_the_candidate_side_gives_unavailable_gates() -> None:
+    """The derived export (renamed/missing metrics) as both sides: gates that need the missing numbers say so."""
+    launches = ncu_parse.read_raw(REPO / "tests" / "data" / "ncu" / "DERIVED-renamed-missing.full.raw.csv")
+    derived = ncu_parse.kernel_table(launches, MM)
+    comp = ncu_compare.compare_row("r", derived, derived, RX, MM, EXPECTED)
+    assert comp["baseline"]["duration_ns"] == ncu_parse.UNAVAILABLE
+    assert comp["top_stalls"]["base"] == ncu_parse.UNAVAILABLE
+    g = {x.name: x for x in ncu_compare.gates([comp], TH, [], "census", [], 16, "e")}
+    assert g["ncu_removed_launch"].status == "fail"
+    assert g["ncu_occupancy_held"].status == "pass"
+
+
+def test_hidden_kernels_and_capped_profiles(base) -> None:
+    g = run_gates(base, [fused(base)], hidden=["chunk_rwkv6_bwd_kernel_helper"])
+    assert g["ncu_no_hidden_kernels"].status == "fail" and "chunk_rwkv6_bwd_kernel_helper" in g["ncu_no_hidden_kernels"].detail
+    no_census = ncu_compare.hidden_gate(None, "profile_candidate recorded no kernel census", "e")
+    assert no_census.status == "unavailable"
+    g = run_gates(base, [fused(base)], capped=["B4_T2048_H16_D128/cand/full"])
+    assert g["ncu_profiled_every_launch"].status == "inconclusive"
+    assert "B4_T2048_H16_D128/cand/full" in g["ncu_profiled_every_launch"].detail
+
+
+def test_one_failing_row_fails_the_gate_and_names_it(base) -> None:
+    good = ncu_compare.compare_row("good_row", base, [fused(base)], RX, MM, EXPECTED)
+    bad = ncu_compare.compare_row("bad_row", base, [fused(base, achieved_occupancy_pct=1.0)], RX, MM, EXPECTED)
+    gate = ncu_compare.occupancy_gate([good, bad], 0.5, "e")
+    assert gate.status == "fail" and gate.detail.startswith("bad_row (fail)") and "good_row:" in gate.value
