@@ -8,9 +8,8 @@ rule doctor:
         record="results/{campaign}/{gpu}/doctor/record.json",
     log:
         "logs/{campaign}/{gpu}/doctor/record.log",
-    params:
-        campaign_file=CAMPAIGN_FILE,
-        overrides=BASE_OVERRIDES,
+    # no params: a changed campaign path or target_path must not rerun the preflight ahead of `target`
+    # (Snakemake then skips re-evaluating the jobs after it); the shell reads them from common.smk's globals
     resources:
         gpu=1,
         runtime=10,
@@ -18,8 +17,8 @@ rule doctor:
         """
         python -m kgate doctor \
             --record {output.record:q} \
-            --campaign-file {params.campaign_file:q} \
+            --campaign-file {CAMPAIGN_FILE:q} \
             --gpu {wildcards.gpu:q} \
-            {params.overrides:q} \
+            {BASE_OVERRIDES:q} \
             > {log:q} 2>&1
         """
