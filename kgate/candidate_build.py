@@ -116,7 +116,7 @@ def numeric_flags_gate(wt: Path, bench_base: str, files: list[dict[str, Any]], e
     for f in files:
         if not f["path"].endswith(".py"):
             continue
-        before = gitops.git("show", f"{bench_base}:{f['path']}", cwd=wt, check=False) if f["status"] != "A" else ""
+        before = gitops.git("show", f"{bench_base}:{f['path']}", cwd=wt) if f["status"] != "A" else ""
         after = (wt / f["path"]).read_text(errors="replace") if (wt / f["path"]).is_file() else ""
         msgs += numerics.compare(before, after, f["path"])
     return Gate("numeric_flags", "no numeric setting (precision, TF32, fast-math, accumulator, tolerance) "

@@ -49,7 +49,7 @@ from typing import Any
 
 from kgate.device import describe as describe_device
 from kgate.errors import FormatVersionError, IncompleteData, KgateError
-from kgate.records import STAGE_SCHEMA, VERDICT_SCHEMA
+from kgate.records import STAGE_SCHEMA, VERDICT_SCHEMA, first_provenance
 from kgate.report import (
     LABEL_KEYS,
     STATUS_LABELS,
@@ -102,11 +102,7 @@ class DeviceRun:
 
     @property
     def device(self) -> dict[str, Any]:
-        for record in self.records:
-            device = (record.get("provenance") or {}).get("device")
-            if isinstance(device, Mapping):
-                return dict(device)
-        return {}
+        return first_provenance(self.records, "device")
 
     @property
     def cpu(self) -> bool:
@@ -115,11 +111,7 @@ class DeviceRun:
 
     @property
     def versions(self) -> dict[str, Any]:
-        for record in self.records:
-            versions = (record.get("provenance") or {}).get("versions")
-            if isinstance(versions, Mapping):
-                return dict(versions)
-        return {}
+        return first_provenance(self.records, "versions")
 
     def describe(self) -> str:
         """The device in one line: name, compute capability, driver (or the interpreter)."""

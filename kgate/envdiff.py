@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from kgate.records import Gate
+
 KGATE_SET = frozenset({"TRITON_CACHE_DIR", "PYTHONPATH", "KGATE_WORKER"})
 
 
@@ -36,3 +38,14 @@ def ignored(campaign_data: dict[str, Any]) -> list[str]:
 
 def _show(value: str | None) -> str:
     return "unset" if value is None else repr(value)
+
+
+def arms_gate(campaign_data: dict[str, Any], envs: dict[str, dict[str, str]], evidence: str) -> Gate:
+    """Every arm's recorded environment (taken after it imported the target) equals the first one's."""
+    names = list(envs)
+    ref = names[0]
+    diffs = [m for other in names[1:]
+             for m in diff(envs[ref], envs[other], ignored(campaign_data), (ref, other))]
+    return Gate("same_env", f"recorded environment equal across {', '.join(names)}",
+                f"{len(diffs)} difference(s)", "fail" if diffs else "pass", evidence=evidence,
+                detail="; ".join(diffs) if diffs else None)

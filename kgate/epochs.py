@@ -127,8 +127,7 @@ def open_or_check(c: Campaign, new_epoch: bool) -> dict[str, Any]:
     cur = contract(c)
     ledger = read(c.name)
     if ledger is None:
-        ledger = {"schema": LEDGER_SCHEMA, "campaign": c.name, "epochs": []}
-        ledger["epochs"].append(_entry(1, cur, "first run", []))
+        ledger = _first_ledger(c, cur)
         write_json(ledger_path(c.name), ledger)
         return ledger["epochs"][-1]
     last = ledger["epochs"][-1]
@@ -150,6 +149,10 @@ def open_or_check(c: Campaign, new_epoch: bool) -> dict[str, Any]:
     ledger["epochs"].append(entry)
     write_json(ledger_path(c.name), ledger)
     return entry
+
+
+def _first_ledger(c: Campaign, cur: Contract) -> dict[str, Any]:
+    return {"schema": LEDGER_SCHEMA, "campaign": c.name, "epochs": [_entry(1, cur, "first run", [])]}
 
 
 def _entry(number: int, cur: Contract, reason: str, changed: list[str]) -> dict[str, Any]:
@@ -189,6 +192,6 @@ def mark_frozen(c: Campaign, gpu: str, bench_base: str) -> None:
     """fixture_freeze passed on ``gpu``: the current epoch is frozen from now on."""
     ledger = read(c.name)
     if ledger is None:
-        ledger = {"schema": LEDGER_SCHEMA, "campaign": c.name, "epochs": [_entry(1, contract(c), "first run", [])]}
+        ledger = _first_ledger(c, contract(c))
     ledger["epochs"][-1]["frozen"][gpu] = {"bench_base": bench_base, "utc": _utc()}
     write_json(ledger_path(c.name), ledger)

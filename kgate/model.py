@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kgate import measure, packages, paths, stats
+from kgate import envdiff, measure, packages, paths, stats
 from kgate.baseline_tests import verify_worktree
 from kgate.bench import append_line, exclusive_gate, load_checkpoint, run_key
 from kgate.campaign import ROOT, Campaign
@@ -48,7 +48,6 @@ from kgate.candidate_gate import verify_frozen
 from kgate.errors import ConfigError, IncompleteData, KgateError, ProvenanceMismatch
 from kgate.measure import CPU_TIMING_NOTE, Arm, Deadline, WorkerFailure
 from kgate.model_gates import WORKLOADS, ModelThresholds, decide_all, describe, evaluate, should_stop
-from kgate.profile_candidate import arms_env_gate
 from kgate.records import Gate, StageResult
 from kgate.stage import Context
 
@@ -205,7 +204,7 @@ def run(ctx: Context) -> StageResult:
                                               ("cand", wt_cand, paths.triton_cache(c.name, gpu, "bench-cand"))],
                               deadline)
         arms = {a.name: a for a in arm_list}
-        env_gate = arms_env_gate(c.data, {a.name: a.info["env"] for a in arm_list}, evidence)
+        env_gate = envdiff.arms_gate(c.data, {a.name: a.info["env"] for a in arm_list}, evidence)
         if env_gate.status == "fail":
             return StageResult(gates=[env_gate], data={"measured": False, "candidate": cid,
                                                        "workers": {a.name: a.info for a in arm_list}})

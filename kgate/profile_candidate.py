@@ -202,7 +202,7 @@ def run(ctx: Context) -> StageResult:
                                data={"measured": True, "failure": {"row": None, "error": str(exc)}, "candidate": cid})
         raise
     base, cand = arms
-    env_gate = arms_env_gate(c.data, {"profile_baseline": pb["data"]["worker"]["env"], "base": base.info["env"],
+    env_gate = envdiff.arms_gate(c.data, {"profile_baseline": pb["data"]["worker"]["env"], "base": base.info["env"],
                                       "cand": cand.info["env"]}, evidence)
     if env_gate.status == "fail":
         for arm in arms:
@@ -265,17 +265,6 @@ def run(ctx: Context) -> StageResult:
         "forced": bool(getattr(ctx.args, "force", False)),
     }
     return StageResult(gates=gates, data=data)
-
-
-def arms_env_gate(campaign_data: dict[str, Any], envs: dict[str, dict[str, str]], evidence: str) -> Gate:
-    """Every arm's recorded environment (taken after it imported the target) equals the first one's."""
-    names = list(envs)
-    ref = names[0]
-    diffs = [m for other in names[1:]
-             for m in envdiff.diff(envs[ref], envs[other], envdiff.ignored(campaign_data), (ref, other))]
-    return Gate("same_env", f"recorded environment equal across {', '.join(names)}",
-                f"{len(diffs)} difference(s)", "fail" if diffs else "pass", evidence=evidence,
-                detail="; ".join(diffs) if diffs else None)
 
 
 def candidate_gates(spec: MeasureSpec, table: list[dict[str, Any]], resources: dict[str, Any], mode: str, tol: float,

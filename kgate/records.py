@@ -114,3 +114,12 @@ def read_record(path: Path | str) -> dict[str, Any]:
     if data.get("schema") != STAGE_SCHEMA:
         raise FormatVersionError(f"record {p} has schema {data.get('schema')!r}, expected {STAGE_SCHEMA}")
     return data
+
+
+def first_provenance(records: Any, key: str) -> dict[str, Any]:
+    """The first record's ``provenance[key]`` that is a mapping (e.g. ``device``, ``versions``); {} if none."""
+    for record in records:
+        value = (record.get("provenance") or {}).get(key)
+        if isinstance(value, dict):
+            return dict(value)
+    return {}

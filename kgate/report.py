@@ -63,7 +63,7 @@ from markupsafe import Markup, escape
 
 from kgate.device import describe as describe_device
 from kgate.errors import FormatVersionError, IncompleteData
-from kgate.records import STAGE_SCHEMA, VERDICT_SCHEMA, atomic_write_text
+from kgate.records import STAGE_SCHEMA, VERDICT_SCHEMA, atomic_write_text, first_provenance
 
 VERDICTS = ("GO", "NO-GO", "STOPPED", "INCONCLUSIVE", "SMOKE")
 # gate and stage statuses, most severe first; `not_run` only appears in verdict["stages"]
@@ -369,7 +369,7 @@ def build_model(
             )
         )
     decisive = next((g for g in gates if g.decisive), None)
-    device = _first_device(records)
+    device = first_provenance(records, "device")
     cpu = gpu == "cpu" or bool(device.get("interpreter")) or device.get("class") == "cpu"
     return Model(
         verdict=dict(verdict),
@@ -459,14 +459,6 @@ def _records_by_stage(records: Sequence[Mapping[str, Any]], candidate: str | Non
 
 def _anchor(index: int, name: str) -> str:
     return f"stage-{index}-" + re.sub(r"[^A-Za-z0-9_-]+", "-", name)[:40]
-
-
-def _first_device(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    for record in records:
-        device = (record.get("provenance") or {}).get("device")
-        if isinstance(device, dict):
-            return device
-    return {}
 
 
 def _shas(by_stage: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, str | None, str]]:

@@ -65,6 +65,7 @@ import time
 import traceback
 import zlib
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -860,20 +861,17 @@ def occupancy(v: dict[str, Any], device: dict[str, Any]) -> dict[str, Any]:
             "limited_by": limiter, "limits": limits}
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m kgate.worker")
-    p.add_argument("--arm", required=True)
-    args = p.parse_args(argv)
-    # the protocol owns the real stdout; the target's prints go to stderr
+def serve(dispatch: Callable[[str, dict[str, Any]], dict[str, Any]]) -> int:
+    """The JSON-lines protocol (module docstring) on stdin/stdout until ``quit`` or end of input.
+
+    ``dispatch(cmd, args)`` answers one request. The protocol owns the real stdout; anything the
+    target prints goes to stderr. A ``TargetError`` is answered with kind ``target`` (the arm's own
+    code failed: data for a candidate), any other exception with kind ``internal``; both carry the
+    traceback back to the coordinator.
+    """
     proto = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
-    worker = Worker(args.arm)
-    handlers = {"init": worker.init, "prepare": worker.prepare, "warm": worker.warm, "time": worker.time,
-                "profile": worker.profile, "autotune": worker.autotune, "resources": worker.resources,
-                "sources": worker.sources, "launch_cost": worker.launch_cost, "bandwidth": worker.bandwidth,
-                "registry": worker.registry, "release": worker.release, "outputs": worker.outputs,
-                "profile_range": worker.profile_range}
     for line in sys.stdin:
         if not line.strip():
             continue
@@ -882,9 +880,7 @@ def main(argv: list[str] | None = None) -> int:
             proto.write(json.dumps({"id": req["id"], "ok": True, "result": {}}) + "\n")
             break
         try:
-            if req["cmd"] not in handlers:
-                raise ValueError(f"unknown command {req['cmd']!r}")
-            resp = {"id": req["id"], "ok": True, "result": handlers[req["cmd"]](**req.get("args", {}))}
+            resp = {"id": req["id"], "ok": True, "result": dispatch(req["cmd"], req.get("args", {}))}
         except TargetError as exc:
             resp = {"id": req["id"], "ok": False, "kind": "target", "error": str(exc),
                     "traceback": traceback.format_exc()}
@@ -894,6 +890,25 @@ def main(argv: list[str] | None = None) -> int:
         proto.write(json.dumps(resp, default=str) + "\n")
         proto.flush()
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m kgate.worker")
+    p.add_argument("--arm", required=True)
+    args = p.parse_args(argv)
+    worker = Worker(args.arm)
+    handlers = {"init": worker.init, "prepare": worker.prepare, "warm": worker.warm, "time": worker.time,
+                "profile": worker.profile, "autotune": worker.autotune, "resources": worker.resources,
+                "sources": worker.sources, "launch_cost": worker.launch_cost, "bandwidth": worker.bandwidth,
+                "registry": worker.registry, "release": worker.release, "outputs": worker.outputs,
+                "profile_range": worker.profile_range}
+
+    def dispatch(cmd: str, req_args: dict[str, Any]) -> dict[str, Any]:
+        if cmd not in handlers:
+            raise ValueError(f"unknown command {cmd!r}")
+        return handlers[cmd](**req_args)
+
+    return serve(dispatch)
 
 
 if __name__ == "__main__":

@@ -77,13 +77,13 @@ import resource
 import runpy
 import sys
 import time
-import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from kgate.model_gates import tokens_summary
 from kgate.worker import TargetError, combined, no_gc, tensor_sha
+from kgate.worker import serve as worker_serve
 
 WORKLOADS = ("dense", "varlen")
 
@@ -416,39 +416,20 @@ def device_info(torch: Any, device: Any) -> dict[str, Any]:
 
 
 def serve(arm: str) -> int:
-    """The JSON-lines loop of ``--serve`` (kgate.worker's protocol)."""
-    proto = os.fdopen(os.dup(1), "w", buffering=1)
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-    harness: Harness | None = None
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        req = json.loads(line)
-        if req["cmd"] == "quit":
-            proto.write(json.dumps({"id": req["id"], "ok": True, "result": {}}) + "\n")
-            break
-        try:
-            args = req.get("args", {})
-            if req["cmd"] == "init":
-                harness = Harness(dict(args["settings"]))
-                result = {"arm": arm, **harness.init()}
-            elif harness is None:
-                raise ValueError(f"'{req['cmd']}' before 'init'")
-            elif req["cmd"] in ("build", "prepare", "warm", "block", "release"):
-                result = getattr(harness, req["cmd"])(**args)
-            else:
-                raise ValueError(f"unknown command {req['cmd']!r}")
-            resp = {"id": req["id"], "ok": True, "result": result}
-        except TargetError as exc:
-            resp = {"id": req["id"], "ok": False, "kind": "target", "error": str(exc),
-                    "traceback": traceback.format_exc()}
-        except Exception as exc:  # noqa: BLE001 - every failure goes back to the coordinator, with its traceback
-            resp = {"id": req["id"], "ok": False, "kind": "internal", "error": f"{type(exc).__name__}: {exc}",
-                    "traceback": traceback.format_exc()}
-        proto.write(json.dumps(resp, default=str) + "\n")
-        proto.flush()
-    return 0
+    """``--serve``: kgate.worker's JSON-lines protocol (``kgate.worker.serve``) over one Harness."""
+    state: dict[str, Harness] = {}
+
+    def dispatch(cmd: str, args: dict[str, Any]) -> dict[str, Any]:
+        if cmd == "init":
+            state["harness"] = Harness(dict(args["settings"]))
+            return {"arm": arm, **state["harness"].init()}
+        if "harness" not in state:
+            raise ValueError(f"'{cmd}' before 'init'")
+        if cmd in ("build", "prepare", "warm", "block", "release"):
+            return getattr(state["harness"], cmd)(**args)
+        raise ValueError(f"unknown command {cmd!r}")
+
+    return worker_serve(dispatch)
 
 
 def run_once(settings: dict[str, Any], blocks: int) -> dict[str, Any]:

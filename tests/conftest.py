@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,6 +63,32 @@ def ran_rules(proc: subprocess.CompletedProcess[str]) -> list[str]:
             if line.startswith(kind) and line.endswith(":"):
                 out.append(line[len(kind):-1])
     return out
+
+
+def slurm_up() -> bool:
+    """A Slurm cluster answers here with a usable node (CI starts one: scripts/slurm-local.sh)."""
+    if shutil.which("sinfo") is None:
+        return False
+    proc = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, timeout=20)
+    return proc.returncode == 0 and any(state in proc.stdout for state in ("idle", "mix", "alloc"))
+
+
+def job_state(job_id: str) -> str:
+    """A Slurm job's state as squeue reports it (all states), '' once it left squeue."""
+    p = subprocess.run(["squeue", "-h", "-j", job_id, "--states=all", "-o", "%T"], capture_output=True, text=True,
+                       timeout=30)
+    return p.stdout.strip()
+
+
+def wait_for(pred, timeout_s: float, what: str, step: float = 0.5):
+    """Poll ``pred`` until it returns something truthy (returned), else fail naming ``what``."""
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        got = pred()
+        if got:
+            return got
+        time.sleep(step)
+    raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
 
 
 @pytest.fixture(scope="session")

@@ -17,14 +17,13 @@ Snakemake runs under ``timeout -s INT``: SIGINT makes it scancel its jobs.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, SDIST_CACHE, Workflow, candidate_id, ran_rules
+from conftest import REPO, SDIST_CACHE, Workflow, candidate_id, job_state, ran_rules, slurm_up, wait_for
 
 from kgate import paths, slurm
 
@@ -33,15 +32,8 @@ SECOND_OP = "chunk-local-cumsum-identity"
 PROFILE = "profiles/slurm-local"
 
 
-def _cluster_up() -> bool:
-    if shutil.which("sinfo") is None:
-        return False
-    proc = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, timeout=20)
-    return proc.returncode == 0 and any(state in proc.stdout for state in ("idle", "mix", "alloc"))
-
-
 pytestmark = [pytest.mark.campaign, pytest.mark.slurm,
-              pytest.mark.skipif(not _cluster_up(), reason="no local Slurm: run scripts/slurm-local.sh start")]
+              pytest.mark.skipif(not slurm_up(), reason="no local Slurm: run scripts/slurm-local.sh start")]
 
 
 def snakemake_cmd(workdir: Path, *config: str, args: tuple[str, ...] = (), limit_s: int = 1800) -> list[str]:
@@ -64,22 +56,6 @@ def run(workdir: Path, *config: str, args: tuple[str, ...] = (), limit_s: int = 
                           text=True, env=env(), timeout=limit_s + 120)
     (workdir / f"{name}-{time.time():.0f}.log").write_text(proc.stdout + proc.stderr)
     return proc
-
-
-def job_state(job_id: str) -> str:
-    p = subprocess.run(["squeue", "-h", "-j", job_id, "--states=all", "-o", "%T"], capture_output=True, text=True,
-                       timeout=30)
-    return p.stdout.strip()
-
-
-def wait_for(pred, timeout_s: float, what: str, step: float = 0.5):
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        got = pred()
-        if got:
-            return got
-        time.sleep(step)
-    raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
 
 
 def slurm_logs(workdir: Path, rule: str) -> list[Path]:

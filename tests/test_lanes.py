@@ -8,8 +8,9 @@ has the details and the caveats pinned below). The test then reruns each
 lane's candidate stages alone and checks, by sha256 of every file, that the
 other lane's results, logs, report, clone, worktrees and caches did not change.
 
-KGATE_LANES_PROFILE=profiles/slurm-local runs the same test through the local
-Slurm cluster (slower); the default is profiles/local.
+When a Slurm cluster answers (CI starts one with scripts/slurm-local.sh), both
+lanes run through profiles/slurm-local, every stage a Slurm job; otherwise
+through profiles/local.
 """
 
 from __future__ import annotations
@@ -24,13 +25,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, SDIST_CACHE, Workflow, candidate_id
+from conftest import REPO, SDIST_CACHE, Workflow, candidate_id, slurm_up
 
 pytestmark = pytest.mark.campaign
 
 BASE = "chunk-local-cumsum-identity"
 TWIN = "chunk-local-cumsum-twin"        # neither name contains the other
-PROFILE = os.environ.get("KGATE_LANES_PROFILE", "profiles/local")
+PROFILE = "profiles/slurm-local" if slurm_up() else "profiles/local"
 LOCK_REFUSED = "Directory cannot be locked"
 
 

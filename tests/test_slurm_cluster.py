@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import job_state, wait_for
 
 from kgate import slurm
 
@@ -67,22 +68,6 @@ def run_snakemake(workdir: Path, *extra: str, limit_s: int = 240) -> subprocess.
                        timeout=limit_s + 60)
     (workdir / f"snakemake-{time.time():.0f}.out").write_text(p.stdout + p.stderr)
     return p
-
-
-def job_state(job_id: str) -> str:
-    p = subprocess.run(["squeue", "-h", "-j", job_id, "--states=all", "-o", "%T"], capture_output=True, text=True,
-                       timeout=30)
-    return p.stdout.strip()
-
-
-def wait_for(pred, timeout_s: float, what: str, step: float = 0.5):
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        got = pred()
-        if got:
-            return got
-        time.sleep(step)
-    raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
 
 
 def slurm_logs(workdir: Path, rule: str) -> list[Path]:
