@@ -184,5 +184,8 @@ def _check_paths(data: dict[str, Any], path: Path) -> None:
     pypi = data["target"].get("pypi")
     for suite in (pypi or {}).get("gate_suite") or []:
         kgate_path("target.pypi.gate_suite", suite, True)
+    both = sorted(set(data["gate"].get("env") or {}) & set(data["gate"].get("forbid_env") or []))
+    if both:
+        raise ConfigError(f"{path}: key 'gate.env': {', '.join(both)} is also in gate.forbid_env")
     if "ref" in data["candidate"] and "repo" not in data["target"]:
         raise ConfigError(f"{path}: key 'candidate.ref': a git ref candidate needs a target.repo")

@@ -52,6 +52,7 @@ class GateSpec:
     run_timeout_s: int
     workers: int = 1
     env_record: tuple[str, ...] = ()
+    env_set: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +134,10 @@ def build_env(spec: GateSpec, worktree: Path, triton_cache: Path) -> dict[str, s
     entries.append(str(Path(__file__).resolve().parent.parent))
     entries += [e for e in env.get("PYTHONPATH", "").split(os.pathsep) if e and e not in entries]
     env["PYTHONPATH"] = os.pathsep.join(entries)
+    for name, value in spec.env_set:
+        if name in spec.forbid_env:
+            raise ConfigError(f"gate.env: {name} is also in gate.forbid_env")
+        env[name] = value
     env["TRITON_CACHE_DIR"] = str(triton_cache.resolve())
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["PYTHONUNBUFFERED"] = "1"

@@ -53,7 +53,8 @@ class Context:
             cpu=cpu, cpu_setup=(ROOT / setup) if (cpu and setup) else None,
             test_timeout_s=int(test_timeout), run_timeout_s=int(self.args.runtime_min * 60 * 0.9),
             workers=int(self.args.workers),
-            env_record=tuple(self.campaign.data.get("env", {}).get("record", [])))
+            env_record=tuple(self.campaign.data.get("env", {}).get("record", [])),
+            env_set=tuple(sorted((g.get("env") or {}).items())))
 
 
 def add_common_arguments(p: argparse.ArgumentParser) -> None:

@@ -127,3 +127,25 @@ def test_a_worker_killed_from_outside_is_an_error_not_a_result(tmp_path: Path) -
                            "    os.kill(os.getpid(), signal.SIGKILL)\n"})
     with pytest.raises(KgateError, match="killed by SIGKILL from outside kgate"):
         gate.run(spec(), root, tmp_path / "out", tmp_path / "cache", tag="t")
+
+
+def test_gate_env_is_set_in_every_test_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """gate.env reaches each xdist worker, overrides the caller's value and is recorded with the run."""
+    monkeypatch.setenv("KG_ORDER_FLAG", "from-caller")
+    root = tree(tmp_path, {**TOY, "tests/test_a.py": (
+        "import os\nimport pytest\n"
+        "@pytest.mark.parametrize('i', range(4))\n"
+        "def test_sees_flag(i):\n    assert os.environ.get('KG_ORDER_FLAG') == 'serial-order', os.environ.get('KG_ORDER_FLAG')\n")})
+    bare = gate.run(spec(workers=2, env_record=("KG_*",)), root, tmp_path / "o1", tmp_path / "cache", tag="t")
+    assert len(bare.bad_ids) == 4
+    run = gate.run(spec(workers=2, env_record=("KG_*",), env_set=(("KG_ORDER_FLAG", "serial-order"),)),
+                   root, tmp_path / "o2", tmp_path / "cache", tag="t")
+    assert run.green and run.counts == {"passed": 4}
+    assert run.test_env.get("KG_ORDER_FLAG") == "serial-order"
+
+
+def test_gate_env_may_not_set_a_forbidden_variable(tmp_path: Path) -> None:
+    root = tree(tmp_path, {**TOY, "tests/test_a.py": "def test_x():\n    pass\n"})
+    with pytest.raises(ConfigError, match="gate.env: FLA_CI_ENV is also in gate.forbid_env"):
+        gate.run(spec(forbid_env=("FLA_CI_ENV",), env_set=(("FLA_CI_ENV", "1"),)), root, tmp_path / "o",
+                 tmp_path / "cache", tag="t")
