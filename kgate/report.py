@@ -690,6 +690,7 @@ def render_summary(model: Model) -> str:
     for s in model.stages:
         if s.status == "not_run":
             lines.append(f"| {md_escape(s.name)} | — | — | not run: {md_escape(s.why or 'no reason given')} | not run |")
+    lines += _profile_tables(model)
     lines += ["", "| commit | SHA | from |", "|---|---|---|"]
     for label, sha, source in model.shas:
         lines.append(f"| {label} | {md_code(sha) if sha else '—'} | {md_escape(source)} |")
@@ -707,6 +708,28 @@ def render_summary(model: Model) -> str:
                          f"{md_code(d.candidate) if d.candidate else '—'} | {md_escape(d.describe())} | {md_escape(by)} |")
     lines += ["", f"Report: {md_code(model.links.base + '/index.html')}", ""]
     return "\n".join(lines)
+
+
+def _profile_tables(model: Model) -> list[str]:
+    """The plausibility bound and the pair table as Markdown tables, when those stages have records."""
+    from kgate import report_profile
+
+    lines: list[str] = []
+    for s in model.stages:
+        rows = ((s.record or {}).get("data") or {}).get("rows") if isinstance((s.record or {}).get("data"), Mapping) else None
+        if not isinstance(rows, list):
+            continue
+        if s.name == "profile_baseline":
+            cells, title = report_profile.bound_cells(rows), "Plausibility bound (profile_baseline):"
+        elif s.name == "profile_candidate":
+            cells, title = report_profile.pair_cells(rows), "Pair table (profile_candidate):"
+        else:
+            continue
+        if cells:
+            lines += ["", title, "", "| " + " | ".join(md_escape(c) for c in cells[0]) + " |",
+                      "|" + "---|" * len(cells[0])]
+            lines += ["| " + " | ".join(md_escape(c) for c in row) + " |" for row in cells[1:]]
+    return lines
 
 
 # gates.junit.xml
@@ -805,6 +828,8 @@ def _stage_view(stage: Stage, links: Links) -> dict[str, Any]:
         "diff": None,
         "ncu": None,
         "model": None,
+        "profile": None,
+        "pair": None,
         "generic": None,
         "provenance": _provenance_rows(record.get("provenance")) if record else [],
         "wall": _wall(record),
@@ -825,6 +850,14 @@ def _stage_view(stage: Stage, links: Links) -> dict[str, Any]:
         view["manifest"] = [(clean(p), format_value(h)) for p, h in sorted(rest.pop("manifest").items())]
     if isinstance(rest.get("diff"), Mapping):
         view["diff"] = _diff_view(rest.pop("diff"), links)
+    if stage.name == "profile_baseline":
+        from kgate import report_profile
+
+        view["profile"] = report_profile.baseline_view(rest)
+    if stage.name == "profile_candidate":
+        from kgate import report_profile
+
+        view["pair"] = report_profile.candidate_view(rest)
     if stage.name == "ncu":
         from kgate import report_ncu
 

@@ -92,9 +92,15 @@ def compute(records: list[dict[str, Any]], *, campaign: str, gpu: str, candidate
             word = "GO"
             sentence = f"every gate of the protocol passed ({len(gates)} gates)"
             decided = {"stage": None, "gate": None}
-    if forced and word != "STOPPED" and any(r["status"] == "stop" for r in records):
-        would_be, word = word, "STOPPED"
-        sentence = f"forced run past a STOP: verdict stays STOPPED (would be {would_be}); " + sentence
+    if forced and any(r["status"] == "stop" for r in records):
+        # the would-be verdict: the same walk with every STOP read as a pass
+        unstopped = [{**r, "status": "pass" if r["status"] == "stop" else r["status"],
+                      "gates": [{**g, "status": "pass"} if g["status"] == "stop" else g for g in r["gates"]]}
+                     for r in records]
+        inner = compute(unstopped, campaign=campaign, gpu=gpu, candidate=candidate, implemented=implemented)
+        would_be = inner["verdict"]
+        if word == "STOPPED":
+            sentence = f"{sentence}; forced run: would be {would_be} ({inner['sentence']})"
     return {"schema": VERDICT_SCHEMA, "campaign": campaign, "gpu": gpu, "candidate": candidate, "verdict": word,
             "would_be": would_be, "sentence": sentence, "decided_by": decided, "forced": forced,
             "stages": stages, "gates": gates}

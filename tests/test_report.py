@@ -36,8 +36,11 @@ JUNIT_TOTALS = {
     "synthetic_h200_hostile": (11, 0, 7, 0),
     # 3 gates (one failed) and 8 stages blocked behind baseline_tests
     "h200_upstream_baseline_fail": (11, 1, 8, 0),
+    # 17 gates (the STOP is skipped) and 5 stages not run yet
+    "h200_default_profile_stop": (22, 0, 6, 0),
 }
 REAL = "h200_upstream_baseline_fail"
+STOPPED = "h200_default_profile_stop"
 
 
 def load(name: str) -> tuple[dict, list[dict], list[dict] | None]:
@@ -434,6 +437,62 @@ class TestRealH200:
         assert failure is not None and self.FAILING in failure.text
 
 
+@pytest.fixture(name="stopped", scope="module")
+def _stopped(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    verdict, records, history = load(STOPPED)
+    out = report_dir(tmp_path_factory.mktemp("stopped"), verdict)
+    report.render(verdict, records, out, history=history)
+    html = (out / "index.html").read_text()
+    return {"verdict": verdict, "records": {r["stage"]: r for r in records}, "html": html, "page": Page(html),
+            "summary": (out / "summary.md").read_text()}
+
+
+class TestRealH200ProfileStop:
+    """The records of a real forced H200 run of the default campaign that profile_baseline stopped."""
+
+    def test_fixture_verdict_is_what_kgate_computes(self, stopped: dict) -> None:
+        records = stopped["records"]
+        ordered = [records[s] for s in verdict_mod.PROTOCOL if s in records]
+        expected = verdict_mod.compute(ordered, campaign="rwkv6-bwd-fusion", gpu="h200",
+                                       candidate="f6b3512413ea", forced=True)
+        for key in ("verdict", "would_be", "decided_by", "sentence", "gates", "stages"):
+            assert stopped["verdict"][key] == expected[key], key
+        assert (expected["verdict"], expected["would_be"]) == ("STOPPED", "INCONCLUSIVE")
+        header = Page(stopped["html"].split("</header>")[0]).text
+        assert "FORCED RUN · would be INCONCLUSIVE" in header
+
+    def test_plausibility_table_shows_every_term_of_each_row(self, stopped: dict) -> None:
+        """One row per profiled row, with the record's endpoint, removed bytes and best case, and the formula."""
+        rows = stopped["records"]["profile_baseline"]["data"]["rows"]
+        table = [cells for cls, cells in stopped["page"].rows if cls == "grid profile"]
+        assert [c[0].split()[0] for c in table] == [r["row"] for r in rows]
+        for cells, r in zip(table, rows, strict=True):
+            b = r["bound"]
+            assert cells[1] == str(r["class"])
+            assert cells[2].startswith(f"{r['endpoint_ms']:.4g} ms")
+            assert cells[5] == f"{b['removed_bytes'] / 1e6:,.1f} MB"
+            assert cells[7].startswith(f"{b['best_case_speedup']:.4f}x") and b["arithmetic"] in cells[7]
+        text = stopped["page"].text
+        assert "best case = endpoint / (endpoint - (removed launches x launch cost + removed bytes / bandwidth))" in text
+        assert "1.0238x" in text and "4,195.5 GB/s" in text
+
+    def test_kernel_bars_and_temporaries(self, stopped: dict) -> None:
+        """A bar chart per row, the hypothesis' kernels tagged; both temporaries found in every row."""
+        html = stopped["html"]
+        for row in ("B8_T1024_H8_D64", "B4_T2048_H16_D128", "B8_T2048_H32_D256", "varlen_D128"):
+            assert f"{row}: device time per call, largest 10 kernels" in html
+        assert html.count("[removed] chunk_rwkv6_bwd_kernel_intra") >= 4
+        temps = [cells for cls, cells in stopped["page"].rows if cls == "grid" and len(cells) == 6 and
+                 cells[1] in ("dq_fp32", "dk_fp32")]
+        assert len(temps) == 8 and all(c[4] == "yes" for c in temps)
+
+    def test_summary_has_the_bound_table(self, stopped: dict) -> None:
+        summary = stopped["summary"]
+        assert "Plausibility bound (profile_baseline):" in summary
+        assert "| B8_T2048_H32_D256 | 256 | 16.94 ms | 522.7 µs | 1.0318x |" in summary
+        assert "> **Forced run** past a STOP: never GO (would be INCONCLUSIVE)." in summary
+
+
 class TestLinks:
     def test_evidence_href_is_relative_to_the_report_folder(self) -> None:
         """Paths relative to the repository root become links from reports/<campaign>/<gpu>/."""
@@ -620,7 +679,8 @@ class TestSummary:
         else:
             assert "| BENCH_BASE | — | no record |" in summary
         if "candidate_build" in records:
-            assert f"| candidate | `{records['candidate_build']['data']['commit']}` |" in summary
+            build = records["candidate_build"]["data"]
+            assert f"| candidate | `{build.get('candidate_sha') or build['commit']}` |" in summary
         else:
             assert "| candidate | — | no record |" in summary
         for record in rendered["records"]:

@@ -62,3 +62,29 @@ def test_a_forced_run_past_a_stop_is_never_go() -> None:
     assert v["verdict"] == "STOPPED"
     by = {s["stage"]: s for s in v["stages"]}
     assert by["bench"]["status"] == "pass"
+
+
+@pytest.mark.parametrize(("later", "would_be"), [("pass", "GO"), ("fail", "NO-GO")])
+def test_a_forced_run_shows_what_it_would_be_without_the_stop(later: str, would_be: str) -> None:
+    """The would-be verdict is the same walk with the STOP read as a pass: GO if all else passed, NO-GO on a fail."""
+    records = [rec(s, gpu="h200") for s in verdict.PROTOCOL]
+    records[3] = rec("profile_baseline", "stop", gpu="h200")
+    records[-2] = rec("ncu", later, gpu="h200")
+    v = verdict.compute(records, campaign="c", gpu="h200", candidate="0123456789ab", forced=True,
+                        implemented=verdict.PROTOCOL)
+    assert v["verdict"] == "STOPPED" and v["would_be"] == would_be
+    assert v["decided_by"] == {"stage": "profile_baseline", "gate": "profile_baseline_gate"}
+    assert f"forced run: would be {would_be}" in v["sentence"]
+    unforced = verdict.compute(records[:4], campaign="c", gpu="h200", candidate="0123456789ab",
+                               implemented=verdict.PROTOCOL)
+    assert unforced["verdict"] == "STOPPED" and unforced["would_be"] is None
+
+
+def test_a_forced_run_that_stopped_early_would_be_inconclusive() -> None:
+    """Past the STOP nothing else ran yet: the would-be verdict names the missing evidence."""
+    records = [rec(s, gpu="h200") for s in verdict.PROTOCOL[:4]]
+    records[3] = rec("profile_baseline", "stop", gpu="h200")
+    v = verdict.compute(records, campaign="c", gpu="h200", candidate="0123456789ab", forced=True,
+                        implemented=verdict.PROTOCOL)
+    assert (v["verdict"], v["would_be"]) == ("STOPPED", "INCONCLUSIVE")
+    assert "candidate_build" in v["sentence"]
