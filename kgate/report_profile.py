@@ -182,11 +182,14 @@ def candidate_view(data: dict[str, Any]) -> dict[str, Any] | None:
                        + (", ".join(clean(k) for k in r.get("candidate_pair_kernels") or []) or "—"),
             "new": ", ".join(clean(k) for k in r.get("new_kernels") or []) or "—",
         })
-    named = [r for r in rows if _num(r.get("baseline_pair_us")) is not None and _num(r.get("candidate_pair_us")) is not None]
-    plots = [svg_bar_chart([str(r.get("row")) for r in named],
-                           {"baseline replaced kernels": [float(r["baseline_pair_us"]) for r in named],
-                            "candidate": [float(r["candidate_pair_us"]) for r in named]},
-                           "us", title="Pair: device time per call of the replaced kernels vs the candidate's")] if named else []
+    named = [r for r in rows
+             if _num(r.get("baseline_pair_us")) is not None and _num(r.get("candidate_pair_us")) is not None]
+    plots = []
+    if named:
+        plots.append(svg_bar_chart([str(r.get("row")) for r in named],
+                                   {"baseline replaced kernels": [float(r["baseline_pair_us"]) for r in named],
+                                    "candidate": [float(r["candidate_pair_us"]) for r in named]},
+                                   "us", title="Pair: device time per call of the replaced kernels vs the candidate's"))
     return {"rows": table, "plots": plots, "resources": _resources(data.pop("classes", None))}
 
 

@@ -135,7 +135,8 @@ def test_gate_env_is_set_in_every_test_process(tmp_path: Path, monkeypatch: pyte
     root = tree(tmp_path, {**TOY, "tests/test_a.py": (
         "import os\nimport pytest\n"
         "@pytest.mark.parametrize('i', range(4))\n"
-        "def test_sees_flag(i):\n    assert os.environ.get('KG_ORDER_FLAG') == 'serial-order', os.environ.get('KG_ORDER_FLAG')\n")})
+        "def test_sees_flag(i):\n"
+        "    assert os.environ.get('KG_ORDER_FLAG') == 'serial-order', os.environ.get('KG_ORDER_FLAG')\n")})
     bare = gate.run(spec(workers=2, env_record=("KG_*",)), root, tmp_path / "o1", tmp_path / "cache", tag="t")
     assert len(bare.bad_ids) == 4
     run = gate.run(spec(workers=2, env_record=("KG_*",), env_set=(("KG_ORDER_FLAG", "serial-order"),)),
