@@ -830,6 +830,7 @@ def _stage_view(stage: Stage, links: Links) -> dict[str, Any]:
         "model": None,
         "profile": None,
         "pair": None,
+        "bench": None,
         "generic": None,
         "provenance": _provenance_rows(record.get("provenance")) if record else [],
         "wall": _wall(record),
@@ -858,6 +859,10 @@ def _stage_view(stage: Stage, links: Links) -> dict[str, Any]:
         from kgate import report_profile
 
         view["pair"] = report_profile.candidate_view(rest)
+    if stage.name == "bench":
+        from kgate import report_bench
+
+        view["bench"] = report_bench.view(rest)
     if stage.name == "ncu":
         from kgate import report_ncu
 
