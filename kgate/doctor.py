@@ -1,7 +1,7 @@
 """``python -m kgate doctor``: the preflight. Fails in seconds, one line per problem.
 
 Each check is a small function returning a frozen :class:`Check`
-(``pass``, ``fail`` or ``skip`` with a one-line message)::
+(``pass``, ``fail``, ``skip`` or ``unavailable`` with a one-line message)::
 
     slurm_partition   the partition exists, is up and has a usable node (sinfo)
     slurm_gpu         the GPU model (GRES type or node feature) is offered there
@@ -14,7 +14,11 @@ Each check is a small function returning a frozen :class:`Check`
     device_class      this node's device class is the one the run's paths
                       claim (``--gpu``)
     ncu               Nsight Compute is there and may read the GPU's counters
-                      (GPU hosts only; skipped with the reason on CPU)
+                      (GPU hosts only; skipped with the reason on CPU). Missing
+                      ncu or blocked counters (ERR_NVGPUCTRPERM) are
+                      ``unavailable``, not a failure: the campaign runs, its
+                      ncu stage records ``unavailable`` and the verdict can
+                      then not be GO (INCONCLUSIVE at best); doctor says so
     gpu_arch          PyTorch and Triton compile and run for this GPU's
                       architecture (GPU hosts only)
 
@@ -70,7 +74,7 @@ from kgate.errors import ConfigError, KgateError
 if TYPE_CHECKING:
     from kgate.campaign import Campaign
 
-Status = Literal["pass", "fail", "skip"]
+Status = Literal["pass", "fail", "skip", "unavailable"]
 SCHEMA = "kgate.doctor/1"
 DEFAULT_CACHE_DIRS = ("work",)
 DEFAULT_INIT_SECONDS = 40  # snakemake-executor-plugin-slurm's default
@@ -465,6 +469,11 @@ _NCU_PROBE = textwrap.dedent("""\
 """)
 
 
+#: what an unreadable or missing ncu means for the campaign (it does not stop the run)
+NCU_UNAVAILABLE = ("the ncu stage will record unavailable, so the verdict cannot be GO (INCONCLUSIVE at best); "
+                   "ask the admins for counter access (NVreg_RestrictProfilingToAdminUsers=0)")
+
+
 def check_ncu(*, gpu: tuple[bool, str] | None = None, require_gpu: bool = False, run: Runner = run_cmd,
               timeout: float = 120.0, probe: bool = True) -> Check:
     """ncu exists and may read counters: a quick driver-setting check, then one profiled kernel."""
@@ -477,7 +486,8 @@ def check_ncu(*, gpu: tuple[bool, str] | None = None, require_gpu: bool = False,
                                    "(srun -p <partition> --gpus=1 python -m kgate doctor --require-gpu)")
     exe = find_ncu()
     if exe is None:
-        return Check(name, "fail", "ncu (Nsight Compute) not found on PATH, in /usr/local/cuda/bin or /opt/nvidia")
+        return Check(name, "unavailable", "ncu (Nsight Compute) not found on PATH, in /usr/local/cuda/bin or "
+                                          f"/opt/nvidia: {NCU_UNAVAILABLE}")
     ver = run([exe, "--version"], 30)
     version = (ver.out.strip().splitlines() or ["?"])[-1]
     params = Path("/proc/driver/nvidia/params")
@@ -486,8 +496,8 @@ def check_ncu(*, gpu: tuple[bool, str] | None = None, require_gpu: bool = False,
     except OSError:
         admin_only = False
     if admin_only and os.geteuid() != 0:
-        return Check(name, "fail", "GPU counters are restricted to admins (RmProfilingAdminOnly=1) and kgate is not "
-                                   "root: ncu would fail with ERR_NVGPUCTRPERM")
+        return Check(name, "unavailable", "GPU counters are restricted to admins (RmProfilingAdminOnly=1) and kgate "
+                                          f"is not root: ncu would fail with ERR_NVGPUCTRPERM; {NCU_UNAVAILABLE}")
     if not probe:
         return Check(name, "pass", f"{version} at {exe}; counters not restricted to admins")
     with tempfile.TemporaryDirectory(prefix="kgate-doctor-") as tmp:
@@ -499,7 +509,8 @@ def check_ncu(*, gpu: tuple[bool, str] | None = None, require_gpu: bool = False,
     bad = [ln.strip() for ln in text.splitlines()
            if "ERR_NVGPUCTRPERM" in ln or "==ERROR==" in ln or "No kernels were profiled" in ln]
     if p.rc != 0 or bad or "sm__cycles_elapsed.avg" not in text:
-        return Check(name, "fail", f"ncu cannot read counters on {gpu_name}: {bad[0] if bad else p.first_error}")
+        return Check(name, "unavailable", f"ncu cannot read counters on {gpu_name}: "
+                                          f"{bad[0] if bad else p.first_error}; {NCU_UNAVAILABLE}")
     return Check(name, "pass", f"{version} read counters of one kernel on {gpu_name}")
 
 
@@ -685,9 +696,11 @@ def print_checks(checks: Sequence[Check]) -> None:
     """One line per check (status, name, message), then a summary line."""
     width = max(len(c.name) for c in checks)
     for c in checks:
-        print(f"{c.status.upper():4}  {c.name:<{width}}  {c.message}")
+        print(f"{c.status.upper():11}  {c.name:<{width}}  {c.message}")
     failed = [c.name for c in checks if c.status == "fail"]
-    print(f"kgate doctor: {'FAIL: ' + ', '.join(failed) if failed else 'ok'}")
+    limited = [c.name for c in checks if c.status == "unavailable"]
+    note = f" (unavailable: {', '.join(limited)})" if limited else ""
+    print(f"kgate doctor: {'FAIL: ' + ', '.join(failed) if failed else 'ok'}{note}")
 
 
 #: what each check requires, as the threshold of its gate in the preflight record
