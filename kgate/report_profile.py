@@ -33,24 +33,26 @@ def _num(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def ms(value: Any) -> str:
+def _shown(value: Any, fmt: str, scale: float = 1.0) -> str:
+    """``value / scale`` in ``fmt`` (a format with its unit), or ``—`` when it is not a number."""
     v = _num(value)
-    return "—" if v is None else f"{v:.4g} ms"
+    return "—" if v is None else fmt.format(v / scale)
+
+
+def ms(value: Any) -> str:
+    return _shown(value, "{:.4g} ms")
 
 
 def us(value: Any) -> str:
-    v = _num(value)
-    return "—" if v is None else f"{v:,.1f} µs"
+    return _shown(value, "{:,.1f} µs")
 
 
 def mb(value: Any) -> str:
-    v = _num(value)
-    return "—" if v is None else f"{v / 1e6:,.1f} MB"
+    return _shown(value, "{:,.1f} MB", 1e6)
 
 
 def times(value: Any) -> str:
-    v = _num(value)
-    return "—" if v is None else f"{v:.4f}x"
+    return _shown(value, "{:.4f}x")
 
 
 def _spread(endpoint: Any) -> str:

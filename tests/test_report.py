@@ -364,14 +364,19 @@ class TestVerdictKinds:
             report.render({**verdict, "verdict": "MAYBE"}, records, tmp_path)
 
 
-@pytest.fixture(name="real", scope="module")
-def _real(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    verdict, records, history = load(REAL)
-    out = report_dir(tmp_path_factory.mktemp("real"), verdict)
+def render_scenario(name: str, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """One scenario rendered into a fresh folder: its verdict, records by stage, page and summary."""
+    verdict, records, history = load(name)
+    out = report_dir(tmp_path_factory.mktemp(name), verdict)
     report.render(verdict, records, out, history=history)
     html = (out / "index.html").read_text()
     return {"verdict": verdict, "records": {r["stage"]: r for r in records}, "out": out, "html": html,
             "page": Page(html), "summary": (out / "summary.md").read_text()}
+
+
+@pytest.fixture(name="real", scope="module")
+def _real(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    return render_scenario(REAL, tmp_path_factory)
 
 
 class TestRealH200:
@@ -439,12 +444,7 @@ class TestRealH200:
 
 @pytest.fixture(name="stopped", scope="module")
 def _stopped(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    verdict, records, history = load(STOPPED)
-    out = report_dir(tmp_path_factory.mktemp("stopped"), verdict)
-    report.render(verdict, records, out, history=history)
-    html = (out / "index.html").read_text()
-    return {"verdict": verdict, "records": {r["stage"]: r for r in records}, "html": html, "page": Page(html),
-            "summary": (out / "summary.md").read_text()}
+    return render_scenario(STOPPED, tmp_path_factory)
 
 
 class TestRealH200ProfileStop:
