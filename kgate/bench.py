@@ -526,7 +526,8 @@ def _measure(ctx: Context, spec: MeasureSpec, cfg: BenchConfig, plan: Plan, arms
                      for a, v in autotune.items()},
         "bar": cfg.bar, "forced": bool(getattr(ctx.args, "force", False)),
     }
-    return StageResult(gates=gates, data=data)
+    host = [((t or {}).get(a) or {}).get("host") or {} for c in row_data for t in c["telemetry"] for a in ("base", "cand")]
+    return StageResult(gates=gates, data=data, reasons=measure.busy_note([h for h in host if h]))
 
 
 def autotune_diff(row: str, mode: str, autotune: dict[str, Any], sources: dict[str, dict[str, str | None]]

@@ -26,6 +26,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -536,7 +537,7 @@ class Telemetry:
                     "mem_clock_mhz": float(n.nvmlDeviceGetClockInfo(h, n.NVML_CLOCK_MEM)),
                     "power_w": n.nvmlDeviceGetPowerUsage(h) / 1000.0,
                     "temperature_c": float(n.nvmlDeviceGetTemperature(h, n.NVML_TEMPERATURE_GPU)),
-                    "throttle_reasons": hex(int(reasons)), "t": time.time()}
+                    "throttle_reasons": hex(int(reasons)), "host": host_load(), "t": time.time()}
         if self._reason_field is None:
             # the field was renamed in newer drivers; probe once
             for name in ("clocks_event_reasons.active", "clocks_throttle_reasons.active"):
@@ -559,7 +560,7 @@ class Telemetry:
 
         return {"sm_clock_mhz": num(parts[0]), "mem_clock_mhz": num(parts[1]), "power_w": num(parts[2]),
                 "temperature_c": num(parts[3]), "throttle_reasons": parts[4] if len(parts) > 4 else None,
-                "t": time.time()}
+                "host": host_load(), "t": time.time()}
 
     def compute_apps(self) -> list[dict[str, Any]] | None:
         """Processes with a CUDA context on this GPU (pid, name, used MiB); None on CPU."""
@@ -611,6 +612,35 @@ def foreign_processes(apps: list[dict[str, Any]] | None, ours: set[int]) -> dict
 
 
 # small helpers shared by the stages
+
+
+#: a host whose 1-minute load exceeds this share of its CPUs is called busy
+HOST_BUSY_SHARE = 0.5
+
+
+def host_load() -> dict[str, Any]:
+    """The host's load average (1 and 5 minutes, runnable processes) against its CPU count.
+
+    Method: ``os.getloadavg`` at the moment of the call; ``busy`` when the
+    1-minute load exceeds ``HOST_BUSY_SHARE`` of ``os.cpu_count()``. Limits: a
+    load average lags (an exponential average) and counts every process on the
+    host, inside this job's allocation or not; it cannot say which CPUs the
+    workers ran on. It flags host-side time (Python overhead, launches) that
+    other work may have inflated; GPU-side time is unaffected.
+    """
+    one, five, _ = os.getloadavg()
+    cpus = os.cpu_count() or 1
+    return {"load_1m": round(one, 2), "load_5m": round(five, 2), "cpus": cpus, "busy": one > HOST_BUSY_SHARE * cpus}
+
+
+def busy_note(samples: Sequence[dict[str, Any]]) -> list[str]:
+    """A reason line when any host-load sample was busy (else nothing)."""
+    busy = [x for x in samples if x.get("busy")]
+    if not busy:
+        return []
+    worst = max(busy, key=lambda x: x["load_1m"])
+    return [f"host busy while measuring (load {worst['load_1m']} on {worst['cpus']} CPUs): host-side time in the "
+            "endpoints (Python overhead, launches) may be inflated; device times are not"]
 
 
 def geomean_values(values: list[float]) -> float:

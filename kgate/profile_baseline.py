@@ -208,6 +208,7 @@ def run(ctx: Context) -> StageResult:
     kind = "cpu" if spec.cpu else "gpu"
     mode = spec.profile.get("mode", "fwdbwd")
     deadline = measure.Deadline(ctx.args.runtime_min * 60 * 0.9)
+    host = [measure.host_load()]
     (arm,) = measure.start_arms(ctx, spec, [("base", wt, cache)], deadline)
     try:
         reg_rows, registry = registry_rows(arm, spec)
@@ -228,6 +229,7 @@ def run(ctx: Context) -> StageResult:
             measure.progress(f"{row.name}: endpoint {a['endpoint_ms']:.4f} ms, removed {a['removed']['launches_per_call']:g} "
                              f"launch(es)/call, best case {a['bound']['best_case_speedup']:.4f}x")
         autotune = arm.request("autotune")
+        host.append(measure.host_load())
     finally:
         arm.close()
     evidence = str(paths.record(c.name, gpu, "profile_baseline"))
@@ -242,9 +244,9 @@ def run(ctx: Context) -> StageResult:
         "rows": analysed, "bound_geomean": next(g.value for g in gates if g.name == "plausible_speedup"),
         "worker": arm.info, "autotune": {"tuners": [t for t in autotune["tuners"] if t["picks"]],
                                          "row_picks": autotune["row_picks"]},
-        "forced": bool(getattr(ctx.args, "force", False)),
+        "forced": bool(getattr(ctx.args, "force", False)), "host_load": {"before": host[0], "after": host[-1]},
     }
-    return StageResult(gates=gates, data=data)
+    return StageResult(gates=gates, data=data, reasons=[] if spec.cpu else measure.busy_note(host))
 
 
 def structural_gates(spec: MeasureSpec, rows: list[dict[str, Any]], evidence: str, bad: str) -> list[Gate]:

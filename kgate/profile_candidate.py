@@ -213,6 +213,7 @@ def run(ctx: Context) -> StageResult:
     failure: dict[str, Any] | None = None
     resources: dict[str, Any] = {}
     autotune: dict[str, Any] = {}
+    host = [measure.host_load()]
     try:
         device = measure.check_same_device(arms)
         for i, row in enumerate(rows):
@@ -240,6 +241,7 @@ def run(ctx: Context) -> StageResult:
         alive = [arm for arm in arms if not (arm is cand and failure)]
         resources = measure.ask_all(alive, "resources")
         autotune = measure.ask_all(alive, "autotune")
+        host.append(measure.host_load())
     finally:
         for arm in arms:
             arm.close()
@@ -262,9 +264,9 @@ def run(ctx: Context) -> StageResult:
         "autotune": {k: {"tuners": [t for t in v["tuners"] if t["picks"]], "row_picks": v["row_picks"]}
                      for k, v in autotune.items()},
         "baseline_profile": {r["row"]: r["endpoint_ms"] for r in pb["data"].get("rows", [])},
-        "forced": bool(getattr(ctx.args, "force", False)),
+        "forced": bool(getattr(ctx.args, "force", False)), "host_load": {"before": host[0], "after": host[-1]},
     }
-    return StageResult(gates=gates, data=data)
+    return StageResult(gates=gates, data=data, reasons=[] if spec.cpu else measure.busy_note(host))
 
 
 def candidate_gates(spec: MeasureSpec, table: list[dict[str, Any]], resources: dict[str, Any], mode: str, tol: float,

@@ -133,7 +133,21 @@ def baseline_view(data: dict[str, Any]) -> dict[str, Any] | None:
     if isinstance(bw, Mapping):
         gbs = _num(bw.get("bytes_per_s"))
         facts.append(("bandwidth", f"{gbs / 1e9:,.1f} GB/s ({clean(bw.get('method'))})" if gbs else "—"))
+    facts += _host_facts(data.pop("host_load", None))
     return {"facts": facts, "rows": table, "temporaries": temps, "plots": plots, "census": census}
+
+
+def _host_facts(host: Any) -> list[tuple[str, str]]:
+    """The host's load before and after the measurement (kgate.measure.host_load), when recorded."""
+    if not isinstance(host, Mapping):
+        return []
+    cells = []
+    for when in ("before", "after"):
+        h = host.get(when)
+        if isinstance(h, Mapping):
+            cells.append(f"{when} {clean(h.get('load_1m'))} on {clean(h.get('cpus'))} CPUs"
+                         + (" (busy)" if h.get("busy") else ""))
+    return [("host load (1 min)", " · ".join(cells) or "—")]
 
 
 def _resources(classes: Any) -> list[dict[str, str]]:
@@ -192,7 +206,8 @@ def candidate_view(data: dict[str, Any]) -> dict[str, Any] | None:
                                    {"baseline replaced kernels": [float(r["baseline_pair_us"]) for r in named],
                                     "candidate": [float(r["candidate_pair_us"]) for r in named]},
                                    "us", title="Pair: device time per call of the replaced kernels vs the candidate's"))
-    return {"rows": table, "plots": plots, "resources": _resources(data.pop("classes", None))}
+    return {"rows": table, "plots": plots, "resources": _resources(data.pop("classes", None)),
+            "facts": _host_facts(data.pop("host_load", None))}
 
 
 def pair_cells(rows: Sequence[Mapping[str, Any]]) -> list[list[str]]:

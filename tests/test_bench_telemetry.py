@@ -76,3 +76,17 @@ def test_the_exclusivity_gate_reads_every_round() -> None:
     hidden = [{"foreign": [], "note": "no compute process listed, not even our workers: exclusivity unverified"}]
     assert "unverified" in exclusive_gate(clean, hidden, False, "e").value
     assert exclusive_gate(clean, [], True, "e").status == "skip"
+
+
+def test_host_load_is_read_and_a_busy_host_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The load average against the CPU count; only a busy sample gives a reason line, naming the worst load."""
+    monkeypatch.setattr(measure.os, "getloadavg", lambda: (3.0, 2.0, 1.0))
+    monkeypatch.setattr(measure.os, "cpu_count", lambda: 4)
+    busy = measure.host_load()
+    assert busy == {"load_1m": 3.0, "load_5m": 2.0, "cpus": 4, "busy": True}
+    monkeypatch.setattr(measure.os, "getloadavg", lambda: (1.5, 2.0, 1.0))
+    quiet = measure.host_load()
+    assert not quiet["busy"]
+    assert measure.busy_note([quiet]) == []
+    (line,) = measure.busy_note([quiet, busy, {**busy, "load_1m": 2.5}])
+    assert "load 3.0 on 4 CPUs" in line and "may be inflated" in line
