@@ -1,4 +1,10 @@
-"""Shared fixtures: running real campaigns through Snakemake in a scratch workdir."""
+"""Shared fixtures: running real campaigns through Snakemake in a scratch workdir.
+
+The suite runs in two pytest-xdist workers (pyproject: ``-n 2 --dist loadscope``): a
+campaign mostly keeps one core busy, and Slurm-bound tests often wait for the
+cluster, so two workers overlap them. ``UNITS`` below says what must stay
+together on one worker; ``-n 0`` runs everything serially in the same order.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +21,23 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 SDIST_CACHE = REPO / "work" / "cache" / "sdists"
+
+# Work units of the parallel run: every test of a unit runs on one worker, in the order below. Other tests
+# form one unit per module. (xdist_group marks with --dist loadgroup do not group under pytest 9.2: xdist
+# 3.8 renames items through an attribute pytest no longer reads, pytest-xdist#1386; hence units by node id.)
+SLURM_UNIT = "slurm-cluster"       # the local cluster has two CPUs: one Slurm-bound test at a time
+RWKV6_UNIT = "rwkv6-workdir"       # the tests sharing the session's default-campaign workdir and its baseline
+UNITS: dict[str, tuple[str, ...]] = {
+    SLURM_UNIT: ("tests/test_campaign_slurm.py::", "tests/test_lanes.py::", "tests/test_slurm_cluster.py::",
+                 "tests/test_doctor.py::test_cluster_"),
+    RWKV6_UNIT: ("tests/test_bench_campaign.py::", "tests/test_campaign_cpu.py::", "tests/test_gate_integrity.py::"),
+}
+
+# pytest-xdist sets these in its workers; a gate's own pytest run reads PYTEST_XDIST_WORKER to tell
+# whether it is a worker of *its* xdist session (kgate.interp_plugin), so they must not leak into the
+# processes the tests start (Snakemake, stages, gate runs), as they do not in a serial run.
+for _name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
+    os.environ.pop(_name, None)
 
 
 @dataclass(frozen=True)
@@ -95,3 +118,68 @@ def wait_for(pred, timeout_s: float, what: str, step: float = 0.5):
 def rwkv6_workdir(tmp_path_factory: pytest.TempPathFactory) -> Workflow:
     """One workdir shared by the default campaign's tests, so baseline evidence is reused across candidates."""
     return Workflow(tmp_path_factory.mktemp("rwkv6-bwd-fusion"))
+
+
+@pytest.fixture(scope="session")
+def fla_sdist() -> Path:
+    """The pinned fla-core sdist in the tests' sdist cache (fetched once; safe when workers race)."""
+    from kgate import campaign as campaign_mod
+    from kgate.target import fetch_sdist
+
+    pin = campaign_mod.load("chunk-local-cumsum-identity").data["target"]["pypi"]
+    return fetch_sdist(pin["requirement"], pin["sha256"], SDIST_CACHE)
+
+
+def unit_of(nodeid: str) -> str:
+    """The work unit of a test: the Slurm or the shared-workdir unit, else its module."""
+    for unit, members in UNITS.items():
+        if nodeid.startswith(members):
+            return unit
+    return nodeid.split("::", 1)[0]  # one module per unit: module and class fixtures are set up once
+
+
+def _member(nodeid: str) -> int:
+    """Position of a test's entry in its ``UNITS`` row (0 for tests outside the table)."""
+    for members in UNITS.values():
+        for i, prefix in enumerate(members):
+            if nodeid.startswith(prefix):
+                return i
+    return 0
+
+
+def _rank(unit: str, members: list[pytest.Item]) -> int:
+    """Longest units first: the table's (in its order), units running a campaign, then the rest."""
+    if unit in UNITS:
+        return list(UNITS).index(unit)
+    return len(UNITS) + (0 if any(i.get_closest_marker("campaign") is not None for i in members) else 1)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Check that Slurm tests and users of the shared workdir sit in their units; run the long units first."""
+    units: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        unit = unit_of(item.nodeid)
+        if item.get_closest_marker("slurm") is not None and unit != SLURM_UNIT:
+            raise pytest.UsageError(f"{item.nodeid} uses the Slurm cluster: list it in UNITS[{SLURM_UNIT!r}] "
+                                    "(tests/conftest.py)")
+        if "rwkv6_workdir" in getattr(item, "fixturenames", ()) and unit != RWKV6_UNIT:
+            raise pytest.UsageError(f"{item.nodeid} uses rwkv6_workdir: list it in UNITS[{RWKV6_UNIT!r}] "
+                                    "(tests/conftest.py)")
+        units.setdefault(unit, []).append(item)
+    order = sorted(units, key=lambda u: _rank(u, units[u]))
+    items[:] = [item for unit in order for item in sorted(units[unit], key=lambda i: _member(i.nodeid))]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """``--dist loadscope`` with this suite's units (``unit_of``) as its scopes."""
+    if config.getoption("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class UnitScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return unit_of(nodeid)
+
+    return UnitScheduling(config, log)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, SDIST_CACHE, Workflow, candidate_id
+from conftest import REPO, Workflow, candidate_id
 from test_campaign_cpu import _job_stats
 
 from kgate import campaign as campaign_mod
@@ -29,9 +29,9 @@ def _git(cwd: Path, *args: str) -> str:
                           check=True, capture_output=True, text=True).stdout.strip()
 
 
-def _user_clone(tmp_path: Path) -> tuple[Path, str]:
+def _user_clone(tmp_path: Path, sdist: Path) -> tuple[Path, str]:
     clone = tmp_path / "fla"
-    with tarfile.open(SDIST_CACHE / "fla_core-0.6.0.tar.gz") as tar:
+    with tarfile.open(sdist) as tar:
         tar.extractall(tmp_path / "sdist", filter="data")
     shutil.copytree(next((tmp_path / "sdist").iterdir()), clone)
     for suite in ("kernels/fla/oracle_common", "kernels/chunk_local_cumsum_identity/oracle"):
@@ -56,8 +56,8 @@ def _edit(clone: Path, line: str) -> None:
         fh.write(f"\n# {line}\n")
 
 
-def test_ref_and_worktree_candidates_rerun_exactly_the_candidate_stages(tmp_path: Path) -> None:
-    clone, baseline = _user_clone(tmp_path)
+def test_ref_and_worktree_candidates_rerun_exactly_the_candidate_stages(tmp_path: Path, fla_sdist: Path) -> None:
+    clone, baseline = _user_clone(tmp_path, fla_sdist)
     camp = _campaign_on(tmp_path, clone, baseline)
     wf = Workflow(tmp_path / "wd")
     _git(clone, "checkout", "-qb", "cand")
