@@ -30,7 +30,8 @@ RWKV6_UNIT = "rwkv6-workdir"       # the tests sharing the session's default-cam
 UNITS: dict[str, tuple[str, ...]] = {
     SLURM_UNIT: ("tests/test_campaign_slurm.py::", "tests/test_lanes.py::", "tests/test_slurm_cluster.py::",
                  "tests/test_doctor.py::test_cluster_"),
-    RWKV6_UNIT: ("tests/test_bench_campaign.py::", "tests/test_campaign_cpu.py::", "tests/test_gate_integrity.py::"),
+    RWKV6_UNIT: ("tests/test_bench_campaign.py::", "tests/test_campaign_cpu.py::", "tests/test_report_campaign.py::",
+                 "tests/test_gate_integrity.py::"),
 }
 
 # pytest-xdist sets these in its workers; a gate's own pytest run reads PYTEST_XDIST_WORKER to tell
