@@ -4,7 +4,8 @@ Method: ``candidate_gate`` starts one worker per arm (BENCH_BASE's worktree
 and the candidate's, the shared gate Triton cache: nothing is timed) and asks
 each for one fwdbwd call of ``measure.callable`` on every row of
 ``dispatch.rows`` (``dispatch.cpu_rows`` on CPU), inputs drawn from the row's
-seed (their hashes must be equal across arms). Each arm saves its tensors;
+seed (their hashes must be equal across arms), pipelined: the candidate runs
+row i while BENCH_BASE runs row i+1 (see :func:`_pipelined`). Each arm saves its tensors;
 the stage loads both and reports, per row and tensor, whether the bytes are
 identical (sha256) and the max absolute difference in float64. A row whose
 ``dispatch`` class the candidate does not enable runs the fallback: it must
@@ -40,8 +41,6 @@ def rows_for(campaign_data: dict[str, Any], cpu: bool) -> list[Row]:
 
 def compare(ctx: Any, wt_base: Path, wt_cand: Path, rows: list[Row], enabled: tuple[str, ...]) -> dict[str, Any]:
     """Run both arms on ``rows``; return per-row results (see the module docstring)."""
-    import torch
-
     c, gpu = ctx.campaign, ctx.gpu
     spec = measure.load_spec(c, gpu)
     if spec is None:
@@ -53,36 +52,67 @@ def compare(ctx: Any, wt_base: Path, wt_cand: Path, rows: list[Row], enabled: tu
     arms = measure.start_arms(ctx, spec, [("base", wt_base, cache), ("cand", wt_cand, cache)], deadline)
     results = []
     try:
+        prepared = measure.ask_all(arms, "prepare", rows=[row.values for row in rows])
         for row in rows:
-            prepared = measure.ask_all(arms, "prepare", rows=[row.values])
             measure.compare_hashes("input", row.name, {a: prepared[a][row.name]["tensors"] for a in prepared})
-            files = {a.name: out_dir / f"{row.name}.{a.name}.pt" for a in arms}
-            got = {a.name: a.request("outputs", row=row.name, path=str(files[a.name].resolve())) for a in arms}
-            measure.ask_all(arms, "release", rows=[row.name])
-            base_t = torch.load(files["base"])
-            cand_t = torch.load(files["cand"])
-            tensors = []
-            for name in sorted(set(base_t) | set(cand_t)):
-                a, b = base_t.get(name), cand_t.get(name)
-                same = got["base"]["sha256"].get(name) == got["cand"]["sha256"].get(name)
-                if a is None or b is None or a.shape != b.shape:
-                    tensors.append({"tensor": name, "identical": False, "max_abs_diff": None,
-                                    "note": "missing or different shape in one arm"})
-                    continue
-                diff = (a.double() - b.double()).abs()
-                finite = torch.isfinite(diff)
-                max_abs = float(diff[finite].max()) if bool(finite.any()) else 0.0
-                tensors.append({"tensor": name, "identical": same, "max_abs_diff": max_abs,
-                                "nonfinite_mismatch": int((~finite).sum()), "dtype": str(a.dtype)})
-            for f in files.values():
-                f.unlink(missing_ok=True)
-            cls = row.values["dispatch"]
-            results.append({"row": row.name, "dispatch": cls, "path": "optimized" if cls in enabled else "fallback",
-                            "identical": all(t["identical"] for t in tensors), "tensors": tensors})
+        files = {(row.name, a.name): out_dir / f"{row.name}.{a.name}.pt" for row in rows for a in arms}
+        for row, got in _pipelined(arms, rows, files):
+            results.append(_compare_row(row, got, files, enabled))
+        measure.ask_all(arms, "release", rows=[row.name for row in rows])
     finally:
         for a in arms:
             a.close()
     return {"rows": results, "workers": {a.name: a.info for a in arms}}
+
+
+def _pipelined(arms: list[measure.Arm], rows: list[Row], files: dict[tuple[str, str], Path]):
+    """Yield ``(row, answers by arm)`` with the candidate on row i while BENCH_BASE runs row i+1.
+
+    Compiling dominates a cold run and each arm compiles in its own process, so the two overlap. BENCH_BASE
+    always reaches a row first: an autotuned kernel the two arms share is tuned (and its pick written to the
+    shared cache) by BENCH_BASE before the candidate needs it, as in a sequential run.
+    """
+    base, cand = arms
+
+    def ask(arm: measure.Arm, row: Row) -> None:
+        arm.send("outputs", row=row.name, path=str(files[(row.name, arm.name)].resolve()))
+
+    if rows:
+        ask(base, rows[0])
+    for i, row in enumerate(rows):
+        got = {"base": base.receive()}
+        ask(cand, row)
+        if i + 1 < len(rows):
+            ask(base, rows[i + 1])
+        got["cand"] = cand.receive()
+        yield row, got
+
+
+def _compare_row(row: Row, got: dict[str, Any], files: dict[tuple[str, str], Path],
+                 enabled: tuple[str, ...]) -> dict[str, Any]:
+    """One row's tensors, both arms, compared byte for byte and in float64; the saved files are removed."""
+    import torch
+
+    base_t = torch.load(files[(row.name, "base")])
+    cand_t = torch.load(files[(row.name, "cand")])
+    tensors = []
+    for name in sorted(set(base_t) | set(cand_t)):
+        a, b = base_t.get(name), cand_t.get(name)
+        same = got["base"]["sha256"].get(name) == got["cand"]["sha256"].get(name)
+        if a is None or b is None or a.shape != b.shape:
+            tensors.append({"tensor": name, "identical": False, "max_abs_diff": None,
+                            "note": "missing or different shape in one arm"})
+            continue
+        diff = (a.double() - b.double()).abs()
+        finite = torch.isfinite(diff)
+        max_abs = float(diff[finite].max()) if bool(finite.any()) else 0.0
+        tensors.append({"tensor": name, "identical": same, "max_abs_diff": max_abs,
+                        "nonfinite_mismatch": int((~finite).sum()), "dtype": str(a.dtype)})
+    for arm in ("base", "cand"):
+        files[(row.name, arm)].unlink(missing_ok=True)
+    cls = row.values["dispatch"]
+    return {"row": row.name, "dispatch": cls, "path": "optimized" if cls in enabled else "fallback",
+            "identical": all(t["identical"] for t in tensors), "tensors": tensors}
 
 
 def gates(result: dict[str, Any] | None, reason: str | None, evidence: str) -> list[Gate]:
