@@ -100,7 +100,9 @@ def compute(records: list[dict[str, Any]], *, campaign: str, gpu: str, candidate
         inner = compute(unstopped, campaign=campaign, gpu=gpu, candidate=candidate, implemented=implemented)
         would_be = inner["verdict"]
         if word == "STOPPED":
-            sentence = f"{sentence}; forced run: would be {would_be} ({inner['sentence']})"
+            stops = [f"{r['stage']} / {g['name']}" for r in records for g in r["gates"] if g["status"] == "stop"]
+            sentence = (f"{sentence}; forced run past {len(stops)} STOP(s) ({', '.join(stops)}): read as passes, "
+                        f"it would be {would_be} ({inner['sentence']})")
     return {"schema": VERDICT_SCHEMA, "campaign": campaign, "gpu": gpu, "candidate": candidate, "verdict": word,
             "would_be": would_be, "sentence": sentence, "decided_by": decided, "forced": forced,
             "stages": stages, "gates": gates}

@@ -74,7 +74,8 @@ def test_a_forced_run_shows_what_it_would_be_without_the_stop(later: str, would_
                         implemented=verdict.PROTOCOL)
     assert v["verdict"] == "STOPPED" and v["would_be"] == would_be
     assert v["decided_by"] == {"stage": "profile_baseline", "gate": "profile_baseline_gate"}
-    assert f"forced run: would be {would_be}" in v["sentence"]
+    assert (f"forced run past 1 STOP(s) (profile_baseline / profile_baseline_gate): read as passes, it would be "
+            f"{would_be}") in v["sentence"]
     unforced = verdict.compute(records[:4], campaign="c", gpu="h200", candidate="0123456789ab",
                                implemented=verdict.PROTOCOL)
     assert unforced["verdict"] == "STOPPED" and unforced["would_be"] is None
