@@ -92,6 +92,9 @@ SHA_SOURCES = (
 UNIT_SUFFIXES = {"_ms": "ms", "_us": "µs", "_ns": "ns", "_s": "s", "_bytes": "bytes", "_mb": "MB", "_gb": "GB"}
 LABEL_KEYS = ("row", "name", "label", "kernel", "shape", "key", "id")
 MAX_TABLE_ROWS = 200
+# a record data key whose JSON is longer than this is named with its size, not drawn: it stays in record.json
+# (e.g. the resources of a few hundred autotuning variants would make a page of several MB)
+GENERIC_MAX_CHARS = 16_000
 # characters of the verdict's sentence shown in the banner; the rest folds below it
 SENTENCE_HEAD = 240
 MAX_DEPTH = 6
@@ -872,8 +875,24 @@ def _stage_view(stage: Stage, links: Links) -> dict[str, Any]:
 
         view["model"] = report_model.view(rest, links)
     if rest:
-        view["generic"] = generic_node(rest, ctx=_Ctx(stage.name, links))
+        view["generic"] = generic_node(_fold_large(rest, stage.record_path), ctx=_Ctx(stage.name, links))
     return view
+
+
+def _fold_large(data: Mapping[str, Any], record_path: str | None) -> dict[str, Any]:
+    """``data`` with every value longer than GENERIC_MAX_CHARS as JSON replaced by a line naming its size;
+    a mapping that long is folded key by key, so its small parts are still drawn."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        size = len(json.dumps(value, default=str))
+        if size <= GENERIC_MAX_CHARS:
+            out[key] = value
+        elif isinstance(value, Mapping):
+            out[key] = _fold_large(value, record_path)
+        else:
+            count = f"{len(value)} entries, " if isinstance(value, list) else ""
+            out[key] = f"{count}{size / 1000:,.0f} kB of JSON: not drawn here, kept in {record_path or 'the record'}"
+    return out
 
 
 _PYTEST_E = re.compile(r"^E(?: |$)")

@@ -38,9 +38,12 @@ JUNIT_TOTALS = {
     "h200_upstream_baseline_fail": (11, 1, 8, 0),
     # 17 gates (the STOP is skipped) and 5 stages not run yet
     "h200_default_profile_stop": (22, 0, 6, 0),
+    # 29 gates (two STOPs and one skip are skipped) and 3 stages not run yet
+    "h200_default_profile_candidate": (32, 0, 6, 0),
 }
 REAL = "h200_upstream_baseline_fail"
 STOPPED = "h200_default_profile_stop"
+PAIRED = "h200_default_profile_candidate"
 
 
 def load(name: str) -> tuple[dict, list[dict], list[dict] | None]:
@@ -492,6 +495,73 @@ class TestRealH200ProfileStop:
         assert "| B8_T2048_H32_D256 | 256 | 16.94 ms | 522.7 µs | 1.0318x |" in summary
         assert "> **Forced run** past a STOP: never GO (would be INCONCLUSIVE)." in summary
 
+
+
+@pytest.fixture(name="paired", scope="module")
+def _paired(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    return render_scenario(PAIRED, tmp_path_factory)
+
+
+class TestRealH200PairTable:
+    """The records of a real forced H200 run of the default campaign through profile_candidate (two STOPs)."""
+
+    def test_fixture_verdict_is_what_kgate_computes(self, paired: dict) -> None:
+        records = paired["records"]
+        ordered = [records[s] for s in verdict_mod.PROTOCOL if s in records]
+        expected = verdict_mod.compute(ordered, campaign="rwkv6-bwd-fusion", gpu="h200",
+                                       candidate="f6b3512413ea", forced=True)
+        for key in ("verdict", "would_be", "decided_by", "sentence", "gates", "stages"):
+            assert paired["verdict"][key] == expected[key], key
+        assert (expected["verdict"], expected["would_be"]) == ("STOPPED", "INCONCLUSIVE")
+        assert ("forced run past 2 STOP(s) (profile_baseline / plausible_speedup, profile_candidate / "
+                "pair_supports_bar)") in expected["sentence"]
+        assert records["candidate_gate"]["status"] == "pass" and records["profile_candidate"]["status"] == "stop"
+
+    def test_pair_table_shows_each_rows_measurements(self, paired: dict) -> None:
+        """One row per profiled row: the record's pair times, pair speedup, implied endpoint and peak drop."""
+        rows = paired["records"]["profile_candidate"]["data"]["rows"]
+        table = [cells for cls, cells in paired["page"].rows if cls == "grid pair"]
+        assert [c[0] for c in table] == [r["row"] for r in rows]
+        for cells, r in zip(table, rows, strict=True):
+            assert cells[2] == r["path"] == "optimized"
+            assert cells[5] == f"{r['pair_speedup']:.4f}x"
+            assert cells[6] == f"{r['implied_endpoint_speedup']:.4f}x"
+            assert cells[10].startswith(f"{r['peak_reduction_bytes'] / 1e6:,.1f} MB")
+            assert cells[11] == "yes"
+        assert all(r["pair_speedup"] < 1 for r in rows)  # the fused kernel lost every pair on this H200
+
+    def test_resources_per_class_name_spills_and_occupancy(self, paired: dict) -> None:
+        classes = paired["records"]["profile_candidate"]["data"]["classes"]
+        table = [cells for cls, cells in paired["page"].rows if cls == "grid" and len(cells) == 5]
+        shown = {c[0] for c in table}
+        assert {str(k["class"]) for k in classes} <= shown
+        fused = [c for c in table if "chunk_rwkv6_bwd_kernel_fused" in c[2]]
+        assert fused and all("0 spills" in c[2] and c[4] == "none" for c in fused)
+
+    def test_outputs_and_summary(self, paired: dict) -> None:
+        """The outputs comparison (fallback rows bit-identical) and the summary's pair table."""
+        text = paired["page"].text
+        assert "2/2 fallback row(s) identical" in text
+        summary = paired["summary"]
+        assert "Pair table (profile_candidate):" in summary
+        row = paired["records"]["profile_candidate"]["data"]["rows"][2]
+        assert f"| {row['row']} | 256 | optimized |" in summary and f"{row['pair_speedup']:.4f}x" in summary
+
+    def test_hundreds_of_compiled_variants_are_named_not_drawn(self, paired: dict) -> None:
+        """The candidate's autotuning compiled 429 variants: the page names their count and points at the record."""
+        variants = paired["records"]["profile_candidate"]["data"]["resources"]["cand"]["variants"]
+        assert len(variants) > 100
+        assert f"{len(variants)} entries, " in paired["page"].text
+        assert len(paired["html"]) < 1_000_000
+
+
+def test_a_large_data_value_is_named_with_its_size() -> None:
+    """Values over GENERIC_MAX_CHARS become one line; a large mapping is folded key by key."""
+    big = [{"kernel": f"k{i}", "n_regs": i} for i in range(2000)]
+    folded = report._fold_large({"small": 1, "outer": {"variants": big, "device": "x"}}, "results/c/g/s/record.json")
+    assert folded["small"] == 1 and folded["outer"]["device"] == "x"
+    line = folded["outer"]["variants"]
+    assert line.startswith("2000 entries, ") and line.endswith("kept in results/c/g/s/record.json")
 
 class TestLinks:
     def test_evidence_href_is_relative_to_the_report_folder(self) -> None:
