@@ -643,6 +643,25 @@ def busy_note(samples: Sequence[dict[str, Any]]) -> list[str]:
             "endpoints (Python overhead, launches) may be inflated; device times are not"]
 
 
+# max/min of a probe's repeated samples above which the probe is named unstable (a quiet host repeats
+# the no-op launch probe within a few percent)
+PROBE_SPREAD_LIMIT = 1.25
+
+
+def spread_note(what: str, samples: Sequence[float], unit: str, used: str = "the median") -> list[str]:
+    """A reason line when repeated samples of one probe spread beyond PROBE_SPREAD_LIMIT (max/min), else nothing.
+
+    Method: the ratio of the largest to the smallest sample, no statistics: the probe repeats a fixed
+    workload, so a wide ratio means something else shared the host or the GPU while it ran."""
+    good = [float(x) for x in samples if x and x > 0]
+    if len(good) < 2:
+        return []
+    lo, hi = min(good), max(good)
+    if hi / lo <= PROBE_SPREAD_LIMIT:
+        return []
+    return [f"{what} unstable across its {len(good)} samples ({lo:.3g}-{hi:.3g} {unit}, x{hi / lo:.2f}): the host or "
+            f"GPU was not quiet while it ran; the record uses {used}"]
+
 def geomean_values(values: list[float]) -> float:
     if not values:
         raise ConfigError("geomean of no values")

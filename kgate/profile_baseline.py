@@ -246,7 +246,9 @@ def run(ctx: Context) -> StageResult:
                                          "row_picks": autotune["row_picks"]},
         "forced": bool(getattr(ctx.args, "force", False)), "host_load": {"before": host[0], "after": host[-1]},
     }
-    return StageResult(gates=gates, data=data, reasons=[] if spec.cpu else measure.busy_note(host))
+    reasons = [] if spec.cpu else measure.busy_note(host) + measure.spread_note(
+        "launch cost", launch.get("samples_us") or [], "µs", f"the median, {launch['per_launch_us']:.3g} µs")
+    return StageResult(gates=gates, data=data, reasons=reasons)
 
 
 def structural_gates(spec: MeasureSpec, rows: list[dict[str, Any]], evidence: str, bad: str) -> list[Gate]:

@@ -9,6 +9,7 @@ the test sees that each query names the GPU by UUID.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import sys
 from pathlib import Path
@@ -90,3 +91,18 @@ def test_host_load_is_read_and_a_busy_host_is_named(monkeypatch: pytest.MonkeyPa
     assert measure.busy_note([quiet]) == []
     (line,) = measure.busy_note([quiet, busy, {**busy, "load_1m": 2.5}])
     assert "load 3.0 on 4 CPUs" in line and "may be inflated" in line
+
+
+def test_an_unstable_launch_probe_is_named_from_real_h200_samples() -> None:
+    """The launch-cost probe of two real H200 runs: quiet (10.8-11.2 µs) gives nothing; one that a second
+    campaign's compiles shared the host with (11.0 and 20.4 µs) gives a reason naming the range."""
+    data = Path(__file__).parent / "data" / "records"
+
+    def samples(scenario: str) -> list[float]:
+        record = json.loads((data / scenario / "profile_baseline.json").read_text())
+        return record["data"]["launch_cost"]["samples_us"]
+
+    assert measure.spread_note("launch cost", samples("h200_default_profile_stop"), "µs") == []
+    (line,) = measure.spread_note("launch cost", samples("h200_default_profile_candidate"), "µs", "the median")
+    assert line.startswith("launch cost unstable across its 5 samples (11-20.4 µs, x1.85)")
+    assert measure.spread_note("launch cost", [5.0], "µs") == []
