@@ -1078,6 +1078,8 @@ class Node:
 
 # keys whose string value is a path to evidence: shown as a link
 PATH_KEYS = ("log", "junit", "outcomes", "evidence", "record", "patch", "manifest")
+# keys ending in _path that name no file (a Python module's import path)
+NOT_PATH_KEYS = ("import_path",)
 COMMAND_KEYS = ("command", "cmd", "argv")
 LONG_LIST = 8
 LONG_TEXT_LINES = 15
@@ -1131,7 +1133,7 @@ def generic_node(
 def _text_node(value: str, key: str, ctx: _Ctx) -> Node:
     text = clean(value)
     lowered = key.lower()
-    is_path = lowered in PATH_KEYS or lowered.endswith("_path")
+    is_path = lowered in PATH_KEYS or (lowered.endswith("_path") and lowered not in NOT_PATH_KEYS)
     if is_path and ctx.links is not None and text and "\n" not in text and len(text) < 1000:
         return Node("link", text=ctx.links.short(text), href=ctx.links.href(text))
     lines = text.count("\n") + 1

@@ -54,6 +54,7 @@ def compute(records: list[dict[str, Any]], *, campaign: str, gpu: str, candidate
     decided: dict[str, Any] | None = None
     word = None
     blocker = None
+    hard_blocker = None  # the first failed gate: a forced run walks past a STOP, never past this
     for stage in PROTOCOL:
         rec = by_stage.get(stage)
         if rec is not None:
@@ -66,8 +67,13 @@ def compute(records: list[dict[str, Any]], *, campaign: str, gpu: str, candidate
                 word = WORD.get(rec["status"], "INCONCLUSIVE")
                 blocker = f"{stage}: {bad['name'] if bad else rec['status']} {rec['status']}"
                 sentence = f"{stage}: {_fmt(bad)}" if bad else f"{stage}: {rec['status']}"
+            if rec["status"] not in ("pass", "skip", "stop") and hard_blocker is None and not cpu_only:
+                bad = _first_bad_gate(rec)
+                hard_blocker = f"{stage}: {bad['name'] if bad else rec['status']} {rec['status']}"
             continue
-        if blocker and not forced:
+        if hard_blocker:
+            why = f"blocked by {hard_blocker}"
+        elif blocker and not forced:
             why = f"blocked by {blocker}"
         elif stage not in implemented:
             why = "stage not implemented in this kgate version"

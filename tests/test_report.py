@@ -40,10 +40,13 @@ JUNIT_TOTALS = {
     "h200_default_profile_stop": (22, 0, 6, 0),
     # 29 gates (two STOPs and one skip are skipped) and 3 stages not run yet
     "h200_default_profile_candidate": (32, 0, 6, 0),
+    # 17 gates (one failed, the STOP skipped) and 5 stages blocked behind the failed gate
+    "h200_upstream_coverage_fail": (22, 1, 6, 0),
 }
 REAL = "h200_upstream_baseline_fail"
 STOPPED = "h200_default_profile_stop"
 PAIRED = "h200_default_profile_candidate"
+COVERAGE = "h200_upstream_coverage_fail"
 
 
 def load(name: str) -> tuple[dict, list[dict], list[dict] | None]:
@@ -554,6 +557,36 @@ class TestRealH200PairTable:
         assert f"{len(variants)} entries, " in paired["page"].text
         assert len(paired["html"]) < 1_000_000
 
+
+@pytest.fixture(name="coverage", scope="module")
+def _coverage(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    return render_scenario(COVERAGE, tmp_path_factory)
+
+
+class TestRealH200UpstreamCoverage:
+    """A real forced H200 run of the upstream campaign: STOP at profile_baseline, then a failed build gate."""
+
+    def test_verdict_is_stopped_and_would_be_no_go(self, coverage: dict) -> None:
+        records = coverage["records"]
+        ordered = [records[s] for s in verdict_mod.PROTOCOL if s in records]
+        expected = verdict_mod.compute(ordered, campaign="rwkv6-bwd-fusion-upstream", gpu="h200",
+                                       candidate="f6b3512413ea", forced=True)
+        for key in ("verdict", "would_be", "decided_by", "sentence", "gates", "stages"):
+            assert coverage["verdict"][key] == expected[key], key
+        assert (expected["verdict"], expected["would_be"]) == ("STOPPED", "NO-GO")
+        header = Page(coverage["html"].split("</header>")[0]).text
+        assert "FORCED RUN · would be NO-GO" in header
+
+    def test_the_failed_gate_names_the_uncovered_class_and_blocks_the_rest(self, coverage: dict) -> None:
+        gate = next(g for g in coverage["records"]["candidate_build"]["gates"] if g["name"] == "dispatch_coverage")
+        assert gate["status"] == "fail" and "BT64-D128-dense" in gate["detail"]
+        summary = coverage["summary"]
+        assert "| candidate_build | dispatch_coverage |" in summary and "BT64-D128-dense" in summary
+        for stage in ("candidate_gate", "profile_candidate", "bench", "ncu", "model"):
+            assert f"| {stage} | — | — | not run: blocked by candidate_build: dispatch_coverage fail |" in summary
+        root = ET.parse(coverage["out"] / "gates.junit.xml").getroot()
+        failure = next(c for c in root.iter("testcase") if c.get("name") == "dispatch_coverage").find("failure")
+        assert failure is not None and "BT64-D128-dense" in failure.text
 
 def test_a_large_data_value_is_named_with_its_size() -> None:
     """Values over GENERIC_MAX_CHARS become one line; a large mapping is folded key by key."""

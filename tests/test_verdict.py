@@ -89,3 +89,20 @@ def test_a_forced_run_that_stopped_early_would_be_inconclusive() -> None:
                         implemented=verdict.PROTOCOL)
     assert (v["verdict"], v["would_be"]) == ("STOPPED", "INCONCLUSIVE")
     assert "candidate_build" in v["sentence"]
+
+
+def test_a_forced_run_does_not_walk_past_a_failed_gate() -> None:
+    """Force walks past a STOP only: the stages after a later failed gate are blocked by that gate."""
+    records = [rec(s, gpu="h200") for s in verdict.PROTOCOL[:5]]
+    records[3] = rec("profile_baseline", "stop", gpu="h200")
+    records[4] = rec("candidate_build", "fail", gpu="h200")
+    v = verdict.compute(records, campaign="c", gpu="h200", candidate="0123456789ab", forced=True,
+                        implemented=verdict.PROTOCOL)
+    assert (v["verdict"], v["would_be"]) == ("STOPPED", "NO-GO")
+    later = [s for s in v["stages"] if s["status"] == "not_run"]
+    assert [s["stage"] for s in later] == list(verdict.PROTOCOL[5:])
+    assert all(s["why"] == "blocked by candidate_build: candidate_build_gate fail" for s in later)
+    unforced = verdict.compute(records[:4], campaign="c", gpu="h200", candidate="0123456789ab",
+                               implemented=verdict.PROTOCOL)
+    assert all(s["why"].startswith("blocked by profile_baseline") for s in unforced["stages"]
+               if s["status"] == "not_run")
