@@ -380,6 +380,20 @@ def render_scenario(name: str, tmp_path_factory: pytest.TempPathFactory) -> dict
             "page": Page(html), "summary": (out / "summary.md").read_text()}
 
 
+def check_forced_verdict(rendered: dict, campaign: str, would_be: str) -> dict:
+    """A real forced run's verdict.json is kgate.verdict.compute over its records: STOPPED, with ``would_be``
+    beside it in the page's header. Returns the computed verdict."""
+    records = rendered["records"]
+    ordered = [records[s] for s in verdict_mod.PROTOCOL if s in records]
+    expected = verdict_mod.compute(ordered, campaign=campaign, gpu="h200", candidate="f6b3512413ea", forced=True)
+    for key in ("verdict", "would_be", "decided_by", "sentence", "gates", "stages"):
+        assert rendered["verdict"][key] == expected[key], key
+    assert (expected["verdict"], expected["would_be"]) == ("STOPPED", would_be)
+    header = Page(rendered["html"].split("</header>")[0]).text
+    assert f"FORCED RUN · would be {would_be}" in header
+    return expected
+
+
 @pytest.fixture(name="real", scope="module")
 def _real(tmp_path_factory: pytest.TempPathFactory) -> dict:
     return render_scenario(REAL, tmp_path_factory)
@@ -457,15 +471,7 @@ class TestRealH200ProfileStop:
     """The records of a real forced H200 run of the default campaign that profile_baseline stopped."""
 
     def test_fixture_verdict_is_what_kgate_computes(self, stopped: dict) -> None:
-        records = stopped["records"]
-        ordered = [records[s] for s in verdict_mod.PROTOCOL if s in records]
-        expected = verdict_mod.compute(ordered, campaign="rwkv6-bwd-fusion", gpu="h200",
-                                       candidate="f6b3512413ea", forced=True)
-        for key in ("verdict", "would_be", "decided_by", "sentence", "gates", "stages"):
-            assert stopped["verdict"][key] == expected[key], key
-        assert (expected["verdict"], expected["would_be"]) == ("STOPPED", "INCONCLUSIVE")
-        header = Page(stopped["html"].split("</header>")[0]).text
-        assert "FORCED RUN · would be INCONCLUSIVE" in header
+        check_forced_verdict(stopped, "rwkv6-bwd-fusion", "INCONCLUSIVE")
 
     def test_plausibility_table_shows_every_term_of_each_row(self, stopped: dict) -> None:
         """One row per profiled row, with the record's endpoint, removed bytes and best case, and the formula."""
@@ -509,13 +515,8 @@ class TestRealH200PairTable:
     """The records of a real forced H200 run of the default campaign through profile_candidate (two STOPs)."""
 
     def test_fixture_verdict_is_what_kgate_computes(self, paired: dict) -> None:
+        expected = check_forced_verdict(paired, "rwkv6-bwd-fusion", "INCONCLUSIVE")
         records = paired["records"]
-        ordered = [records[s] for s in verdict_mod.PROTOCOL if s in records]
-        expected = verdict_mod.compute(ordered, campaign="rwkv6-bwd-fusion", gpu="h200",
-                                       candidate="f6b3512413ea", forced=True)
-        for key in ("verdict", "would_be", "decided_by", "sentence", "gates", "stages"):
-            assert paired["verdict"][key] == expected[key], key
-        assert (expected["verdict"], expected["would_be"]) == ("STOPPED", "INCONCLUSIVE")
         assert ("forced run past 2 STOP(s) (profile_baseline / plausible_speedup, profile_candidate / "
                 "pair_supports_bar)") in expected["sentence"]
         assert records["candidate_gate"]["status"] == "pass" and records["profile_candidate"]["status"] == "stop"
@@ -567,15 +568,7 @@ class TestRealH200UpstreamCoverage:
     """A real forced H200 run of the upstream campaign: STOP at profile_baseline, then a failed build gate."""
 
     def test_verdict_is_stopped_and_would_be_no_go(self, coverage: dict) -> None:
-        records = coverage["records"]
-        ordered = [records[s] for s in verdict_mod.PROTOCOL if s in records]
-        expected = verdict_mod.compute(ordered, campaign="rwkv6-bwd-fusion-upstream", gpu="h200",
-                                       candidate="f6b3512413ea", forced=True)
-        for key in ("verdict", "would_be", "decided_by", "sentence", "gates", "stages"):
-            assert coverage["verdict"][key] == expected[key], key
-        assert (expected["verdict"], expected["would_be"]) == ("STOPPED", "NO-GO")
-        header = Page(coverage["html"].split("</header>")[0]).text
-        assert "FORCED RUN · would be NO-GO" in header
+        check_forced_verdict(coverage, "rwkv6-bwd-fusion-upstream", "NO-GO")
 
     def test_the_failed_gate_names_the_uncovered_class_and_blocks_the_rest(self, coverage: dict) -> None:
         gate = next(g for g in coverage["records"]["candidate_build"]["gates"] if g["name"] == "dispatch_coverage")
