@@ -662,6 +662,7 @@ def spread_note(what: str, samples: Sequence[float], unit: str, used: str = "the
     return [f"{what} unstable across its {len(good)} samples ({lo:.3g}-{hi:.3g} {unit}, x{hi / lo:.2f}): the host or "
             f"GPU was not quiet while it ran; the record uses {used}"]
 
+
 def geomean_values(values: list[float]) -> float:
     if not values:
         raise ConfigError("geomean of no values")

@@ -61,15 +61,16 @@ def compute(records: list[dict[str, Any]], *, campaign: str, gpu: str, candidate
             stages.append({"stage": stage, "status": rec["status"],
                            "record": str(paths.record(campaign, gpu, stage, rec.get("candidate")))})
             cpu_only = gpu == "cpu" and rec["status"] == "unavailable"
-            if rec["status"] not in ("pass", "skip") and decided is None and not cpu_only:
+            if rec["status"] not in ("pass", "skip") and not cpu_only:
                 bad = _first_bad_gate(rec)
-                decided = {"stage": stage, "gate": bad["name"] if bad else None}
-                word = WORD.get(rec["status"], "INCONCLUSIVE")
-                blocker = f"{stage}: {bad['name'] if bad else rec['status']} {rec['status']}"
-                sentence = f"{stage}: {_fmt(bad)}" if bad else f"{stage}: {rec['status']}"
-            if rec["status"] not in ("pass", "skip", "stop") and hard_blocker is None and not cpu_only:
-                bad = _first_bad_gate(rec)
-                hard_blocker = f"{stage}: {bad['name'] if bad else rec['status']} {rec['status']}"
+                label = f"{stage}: {bad['name'] if bad else rec['status']} {rec['status']}"
+                if decided is None:
+                    decided = {"stage": stage, "gate": bad["name"] if bad else None}
+                    word = WORD.get(rec["status"], "INCONCLUSIVE")
+                    blocker = label
+                    sentence = f"{stage}: {_fmt(bad)}" if bad else f"{stage}: {rec['status']}"
+                if rec["status"] != "stop" and hard_blocker is None:
+                    hard_blocker = label
             continue
         if hard_blocker:
             why = f"blocked by {hard_blocker}"

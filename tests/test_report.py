@@ -505,7 +505,6 @@ class TestRealH200ProfileStop:
         assert "> **Forced run** past a STOP: never GO (would be INCONCLUSIVE)." in summary
 
 
-
 @pytest.fixture(name="paired", scope="module")
 def _paired(tmp_path_factory: pytest.TempPathFactory) -> dict:
     return render_scenario(PAIRED, tmp_path_factory)
@@ -581,6 +580,7 @@ class TestRealH200UpstreamCoverage:
         failure = next(c for c in root.iter("testcase") if c.get("name") == "dispatch_coverage").find("failure")
         assert failure is not None and "BT64-D128-dense" in failure.text
 
+
 def test_a_large_data_value_is_named_with_its_size() -> None:
     """Values over GENERIC_MAX_CHARS become one line; a large mapping is folded key by key."""
     big = [{"kernel": f"k{i}", "n_regs": i} for i in range(2000)]
@@ -588,6 +588,7 @@ def test_a_large_data_value_is_named_with_its_size() -> None:
     assert folded["small"] == 1 and folded["outer"]["device"] == "x"
     line = folded["outer"]["variants"]
     assert line.startswith("2000 entries, ") and line.endswith("kept in results/c/g/s/record.json")
+
 
 class TestLinks:
     def test_evidence_href_is_relative_to_the_report_folder(self) -> None:
