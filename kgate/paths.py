@@ -20,6 +20,22 @@ CANDIDATE_STAGES = frozenset({"candidate_build", "candidate_gate", "profile_cand
 #: counters ncu needs are missing on CPU and on many nodes, and the training run does not read ncu's evidence.
 GATING_INPUTS: dict[str, tuple[str, ...]] = {stage: STAGES[:i] for i, stage in enumerate(STAGES)}
 GATING_INPUTS["model"] = STAGES[:STAGES.index("bench") + 1]
+#: Stages that only measure (a baseline, or a candidate already built, scoped and proven correct). In a forced
+#: run (``force=true``) their stop, fail or inconclusive blocks no later stage: the run collects the remaining
+#: evidence (ncu says why a candidate is slower, model whether the loss survives training) while the verdict
+#: stays decided by the first of them and is never GO. A failed integrity or correctness gate (target,
+#: baseline_tests, fixture_freeze, candidate_build, candidate_gate) blocks a forced run as well: measuring a
+#: candidate that is wrong, or outside its scope, is not evidence.
+EVIDENCE_STAGES = frozenset({"profile_baseline", "profile_candidate", "bench", "ncu", "model"})
+
+
+def lets_through(stage: str, status: str, force: bool) -> bool:
+    """Whether a record of ``stage`` with ``status`` lets the stages that gate on it run (see EVIDENCE_STAGES)."""
+    if status == "pass":
+        return True
+    if not force:
+        return False
+    return status == "stop" or (stage in EVIDENCE_STAGES and status in ("fail", "inconclusive"))
 #: the workflow's first rule (``python -m kgate doctor --record``): results/<campaign>/<gpu>/doctor/record.json.
 #: Not a gate of the protocol: a failure is a site error (no record), so it is not in STAGES, the verdict or
 #: the report; ``target`` depends on its record.

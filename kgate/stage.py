@@ -71,16 +71,17 @@ def add_common_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=int, default=1, help="pytest-xdist workers for gate runs (1 = no xdist).")
     p.add_argument("--sdist-cache", default="work/cache/sdists", help="Folder of pinned sdists.")
     p.add_argument("--force", action="store_true",
-                   help="Run past an input whose status is 'stop' (config force=true); the verdict stays STOPPED.")
+                   help="Run past an input that stopped, or a measuring stage's fail or inconclusive (config "
+                        "force=true; paths.EVIDENCE_STAGES); the verdict stays STOPPED or NO-GO, never GO.")
 
 
 def load_inputs(records: list[str], force: bool = False) -> dict[str, dict[str, Any]]:
-    """Read input records by stage; a previous gate that did not pass blocks this stage
-    (a 'stop' does not block a forced run)."""
+    """Read input records by stage; a previous gate that did not pass blocks this stage, except what
+    ``paths.lets_through`` lets a forced run past (a stop; a measuring stage's fail or inconclusive)."""
     out = {}
     for r in records:
         rec = read_record(r)
-        if rec["status"] != "pass" and not (force and rec["status"] == "stop"):
+        if not paths.lets_through(rec["stage"], rec["status"], force):
             raise IncompleteData(f"blocked: input {r} has status '{rec['status']}' "
                                  f"({'; '.join(rec['reasons'][:2])}); this stage does not run past a failed gate")
         out[rec["stage"]] = rec

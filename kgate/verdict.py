@@ -9,7 +9,10 @@ run stays a smoke. If every stage that ran passed: on CPU the verdict is SMOKE
 (the interpreter proves the pipeline, never the kernel's speed); on a GPU it
 is GO only when every stage of the full protocol has a passing record, else
 INCONCLUSIVE naming the missing evidence. A forced run (past a STOP) keeps
-STOPPED and shows the would-be verdict beside it. ``--check`` exit codes:
+STOPPED and shows the would-be verdict beside it; its stages after a
+measuring stage's fail are not blocked by it (``paths.lets_through``: the
+run collects the remaining evidence), while a failed integrity or
+correctness gate blocks them in a forced run too. ``--check`` exit codes:
 0 GO, 1 NO-GO or STOPPED, 3 INCONCLUSIVE or SMOKE, 2 error.
 """
 
@@ -54,7 +57,7 @@ def compute(records: list[dict[str, Any]], *, campaign: str, gpu: str, candidate
     decided: dict[str, Any] | None = None
     word = None
     blocker = None
-    hard_blocker = None  # the first failed gate: a forced run walks past a STOP, never past this
+    hard_blocker = None  # the first gate a forced run does not walk past (paths.lets_through)
     for stage in PROTOCOL:
         rec = by_stage.get(stage)
         if rec is not None:
@@ -69,7 +72,7 @@ def compute(records: list[dict[str, Any]], *, campaign: str, gpu: str, candidate
                     word = WORD.get(rec["status"], "INCONCLUSIVE")
                     blocker = label
                     sentence = f"{stage}: {_fmt(bad)}" if bad else f"{stage}: {rec['status']}"
-                if rec["status"] != "stop" and hard_blocker is None:
+                if not paths.lets_through(stage, rec["status"], True) and hard_blocker is None:
                     hard_blocker = label
             continue
         if hard_blocker:

@@ -75,11 +75,12 @@ def gated_walk(status_of: Callable[[str], str], force: bool = False) -> list[str
 
     ``status_of(stage)`` makes the stage's checkpoint known (Snakemake runs it
     first) and returns its record's status. A stage is asked for only when
-    every one of its gating inputs (``paths.GATING_INPUTS``) passed, or
-    stopped in a forced run; a record that could not measure (``unavailable``)
-    blocks only the stages that gate on it; any other status (fail, stop,
-    inconclusive) ends the walk, so no stage is ever asked for past a failed
-    gate. Tests: tests/test_model_gates.py.
+    every one of its gating inputs (``paths.GATING_INPUTS``) let it through
+    (``paths.lets_through``: passed; or, in a forced run, stopped, or a
+    measuring stage's fail or inconclusive); a record that could not measure
+    (``unavailable``) blocks only the stages that gate on it; any other status
+    ends the walk, so no stage is ever asked for past a failed integrity or
+    correctness gate. Tests: tests/test_model_gates.py.
     """
     asked, passed = [], set()
     for stage in paths.STAGES:
@@ -87,7 +88,7 @@ def gated_walk(status_of: Callable[[str], str], force: bool = False) -> list[str
             continue
         asked.append(stage)
         st = status_of(stage)
-        if st == "pass" or (st == "stop" and force):
+        if paths.lets_through(stage, st, force):
             passed.add(stage)
         elif st != "unavailable":
             break

@@ -103,6 +103,6 @@ def test_an_unstable_launch_probe_is_named_from_real_h200_samples() -> None:
         return record["data"]["launch_cost"]["samples_us"]
 
     assert measure.spread_note("launch cost", samples("h200_default_profile_stop"), "µs") == []
-    (line,) = measure.spread_note("launch cost", samples("h200_default_profile_candidate"), "µs", "the median")
+    (line,) = measure.spread_note("launch cost", samples("h200_default_bench"), "µs", "the median")
     assert line.startswith("launch cost unstable across its 5 samples (11-20.4 µs, x1.85)")
     assert measure.spread_note("launch cost", [5.0], "µs") == []

@@ -179,6 +179,15 @@ def test_no_stage_is_asked_for_past_a_failed_gate(bad: str, at: str) -> None:
     assert asked[-1] == at and asked == list(paths.STAGES[: paths.STAGES.index(at) + 1])
 
 
+@pytest.mark.parametrize("bad", ["fail", "inconclusive"])
+def test_a_forced_walk_goes_past_a_measured_fail_not_past_a_failed_correctness_gate(bad: str) -> None:
+    """Force collects the remaining evidence past a measuring stage's fail; a wrong candidate is never measured."""
+    assert walk({"bench": bad}, force=True)[-2:] == ["ncu", "model"]
+    assert walk({"profile_candidate": bad, "bench": bad}, force=True) == list(paths.STAGES)
+    for at in ("fixture_freeze", "candidate_build", "candidate_gate"):
+        assert walk({at: bad}, force=True)[-1] == at
+
+
 def test_an_unavailable_bench_blocks_model_and_a_forced_stop_walks_on() -> None:
     """unavailable blocks exactly the stages that gate on it; a forced run walks past a stop."""
     assert "model" not in walk({"bench": "unavailable"}) and "ncu" not in walk({"bench": "unavailable"})

@@ -14,7 +14,8 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import REPO
+import pytest
+from conftest import REPO, candidate_id
 
 from kgate import stage
 from kgate.errors import IncompleteData
@@ -22,11 +23,14 @@ from kgate.errors import IncompleteData
 CAMPAIGN = "rwkv6-bwd-fusion"
 
 
-def write_record(workdir: Path, name: str, status: str, when: float) -> Path:
-    path = workdir / "results" / CAMPAIGN / "cpu" / name / "record.json"
+IDENTITY = "overlay:kernels/rwkv6_bwd_fused/identity"
+
+
+def write_record(workdir: Path, name: str, status: str, when: float, candidate: str | None = None) -> Path:
+    path = workdir / "results" / CAMPAIGN / "cpu" / name / (candidate or "") / "record.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"schema": "kgate.stage/1", "stage": name, "campaign": CAMPAIGN, "gpu": "cpu",
-                                "candidate": None, "status": status, "reasons": ["synthetic"], "gates": [],
+                                "candidate": candidate, "status": status, "reasons": ["synthetic"], "gates": [],
                                 "data": {}, "provenance": {}}))
     os.utime(path, (when, when))
     return path
@@ -37,7 +41,7 @@ def dry_run(workdir: Path, *config: str) -> dict[str, int]:
     env.pop("PYTHONPATH", None)
     proc = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(workdir),
                            "--profile", str(REPO / "profiles/local"), "-n", "--config", f"campaign={CAMPAIGN}", "gpu=cpu",
-                           "candidate=overlay:kernels/rwkv6_bwd_fused/identity", *config],
+                           f"candidate={IDENTITY}", *config],
                           capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = (proc.stdout + proc.stderr).splitlines()
@@ -76,4 +80,30 @@ def test_a_stage_reads_a_stopped_input_only_when_forced(tmp_path: Path) -> None:
     except IncompleteData as exc:
         assert "status 'fail'" in str(exc)
     else:
-        raise AssertionError("force never runs past a failed gate")
+        raise AssertionError("force never runs past a failed correctness gate")
+    measured = write_record(tmp_path, "bench", "fail", time.time(), "0123456789ab")
+    with pytest.raises(IncompleteData, match="status 'fail'"):
+        stage.load_inputs([str(measured)])
+    assert stage.load_inputs([str(measured)], force=True)["bench"]["status"] == "fail"
+
+
+@pytest.mark.parametrize(("failed", "forced_jobs"), [
+    (["bench"], {"ncu": 1, "report": 1, "all": 1}),
+    (["bench", "ncu"], {"model": 1, "report": 1, "all": 1}),
+    (["candidate_gate"], {"report": 1, "all": 1}),
+])
+def test_a_forced_run_walks_past_a_measured_fail_but_not_a_failed_correctness_gate(
+        tmp_path: Path, failed: list[str], forced_jobs: dict[str, int]) -> None:
+    """bench (then ncu) failed, measurements: force schedules ncu, then model, which collect why; candidate_gate
+    failed (the candidate is wrong): nothing more is measured, forced or not. (The walk asks for ncu first and
+    for model once ncu's checkpoint is known, so a dry run shows one of them at a time.)"""
+    cid = candidate_id(CAMPAIGN, IDENTITY)
+    t0 = time.time() - 1000
+    stages = [("target", "pass"), ("baseline_tests", "pass"), ("fixture_freeze", "pass"), ("profile_baseline", "stop"),
+              ("candidate_build", "pass"), ("candidate_gate", "pass"), ("profile_candidate", "stop"), ("bench", "pass"),
+              ("ncu", "pass")]
+    stages = [(n, "fail" if n in failed else st) for n, st in stages[:[n for n, _ in stages].index(failed[-1]) + 1]]
+    for i, (name, status) in enumerate(stages):
+        write_record(tmp_path, name, status, t0 + 10 * i, cid if i >= 4 else None)
+    assert dry_run(tmp_path) == {"report": 1, "all": 1}
+    assert dry_run(tmp_path, "force=True") == forced_jobs

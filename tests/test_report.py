@@ -38,14 +38,15 @@ JUNIT_TOTALS = {
     "h200_upstream_baseline_fail": (11, 1, 8, 0),
     # 17 gates (the STOP is skipped) and 5 stages not run yet
     "h200_default_profile_stop": (22, 0, 6, 0),
-    # 29 gates (two STOPs and one skip are skipped) and 3 stages not run yet
-    "h200_default_profile_candidate": (32, 0, 6, 0),
+    # 29 + 13 bench gates (two STOPs, two skips and five inconclusive are skipped; four bench gates failed)
+    # and 2 stages not run yet
+    "h200_default_bench": (44, 4, 11, 0),
     # 17 gates (one failed, the STOP skipped) and 5 stages blocked behind the failed gate
     "h200_upstream_coverage_fail": (22, 1, 6, 0),
 }
 REAL = "h200_upstream_baseline_fail"
 STOPPED = "h200_default_profile_stop"
-PAIRED = "h200_default_profile_candidate"
+PAIRED = "h200_default_bench"
 COVERAGE = "h200_upstream_coverage_fail"
 
 
@@ -511,14 +512,32 @@ def _paired(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 
 class TestRealH200PairTable:
-    """The records of a real forced H200 run of the default campaign through profile_candidate (two STOPs)."""
+    """The records of a real forced H200 run of the default campaign through bench (two STOPs, then bench failed)."""
 
     def test_fixture_verdict_is_what_kgate_computes(self, paired: dict) -> None:
-        expected = check_forced_verdict(paired, "rwkv6-bwd-fusion", "INCONCLUSIVE")
+        expected = check_forced_verdict(paired, "rwkv6-bwd-fusion", "NO-GO")
         records = paired["records"]
         assert ("forced run past 2 STOP(s) (profile_baseline / plausible_speedup, profile_candidate / "
-                "pair_supports_bar)") in expected["sentence"]
+                "pair_supports_bar)") in expected["sentence"] and "(bench: geomean_speedup fail" in expected["sentence"]
         assert records["candidate_gate"]["status"] == "pass" and records["profile_candidate"]["status"] == "stop"
+        assert records["bench"]["status"] == "fail"
+
+    def test_a_measured_bench_fail_leaves_ncu_and_model_to_the_forced_run(self, paired: dict) -> None:
+        """bench failed on timings: in this forced run ncu and model are not blocked by it, only not run yet."""
+        for stage in ("ncu", "model"):
+            assert f"| {stage} | — | — | not run: no record (not run yet) | not run |" in paired["summary"]
+
+    def test_bench_table_shows_each_rows_interval_and_class(self, paired: dict) -> None:
+        """One bench row per timed (row, mode), the record's speedup, interval and classification in it."""
+        bench = paired["records"]["bench"]["data"]
+        table = [cells for cls, cells in paired["page"].rows if cls == "grid bench"]
+        text = " ".join(" ".join(c) for c in table)
+        for r in bench["rows"]:
+            lo, hi = r["interval"]
+            assert f"{r['speedup']:.4f}x [{lo:.4f}, {hi:.4f}]" in text and r["classification"] in text
+        g = bench["geomean"]
+        assert f"{g['speedup']:.4f}x [{g['lower']:.4f}, {g['upper']:.4f}]" in paired["page"].text
+        assert bench["rounds"] == 15 and g["upper"] < 1  # the fused kernel lost the registry rows on this H200
 
     def test_pair_table_shows_each_rows_measurements(self, paired: dict) -> None:
         """One row per profiled row: the record's pair times, pair speedup, implied endpoint and peak drop."""

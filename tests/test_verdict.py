@@ -91,8 +91,29 @@ def test_a_forced_run_that_stopped_early_would_be_inconclusive() -> None:
     assert "candidate_build" in v["sentence"]
 
 
+def test_a_forced_run_past_a_measured_fail_leaves_the_later_stages_unblocked() -> None:
+    """bench failed in a forced run: ncu and model are not blocked (they collect the evidence), the verdict
+    stays STOPPED, and the would-be verdict is NO-GO from bench, not from anything measured after it."""
+    records = [rec(s, gpu="h200") for s in verdict.PROTOCOL[:8]]
+    records[3] = rec("profile_baseline", "stop", gpu="h200")
+    records[7] = rec("bench", "fail", gpu="h200")
+    v = verdict.compute(records, campaign="c", gpu="h200", candidate="0123456789ab", forced=True,
+                        implemented=verdict.PROTOCOL)
+    assert (v["verdict"], v["would_be"]) == ("STOPPED", "NO-GO")
+    later = {s["stage"]: s["why"] for s in v["stages"] if s["status"] == "not_run"}
+    assert later == {"ncu": "no record (not run yet)", "model": "no record (not run yet)"}
+    v = verdict.compute([*records, rec("ncu", gpu="h200"), rec("model", "fail", gpu="h200")], campaign="c",
+                        gpu="h200", candidate="0123456789ab", forced=True, implemented=verdict.PROTOCOL)
+    assert (v["verdict"], v["would_be"]) == ("STOPPED", "NO-GO") and "bench" in v["sentence"]
+    unforced = verdict.compute(records, campaign="c", gpu="h200", candidate="0123456789ab",
+                               implemented=verdict.PROTOCOL)
+    assert all(s["why"].startswith("blocked by profile_baseline") for s in unforced["stages"]
+               if s["status"] == "not_run")
+
+
 def test_a_forced_run_does_not_walk_past_a_failed_gate() -> None:
-    """Force walks past a STOP only: the stages after a later failed gate are blocked by that gate."""
+    """Force walks past a STOP and a measured fail only: the stages after a later failed correctness or
+    integrity gate are blocked by that gate."""
     records = [rec(s, gpu="h200") for s in verdict.PROTOCOL[:5]]
     records[3] = rec("profile_baseline", "stop", gpu="h200")
     records[4] = rec("candidate_build", "fail", gpu="h200")
