@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kgate import gate_resume
 from kgate.errors import ConfigError, KgateError, ProvenanceMismatch
 
 OUTCOMES_OK = frozenset({"passed", "skipped", "xfailed"})
@@ -76,6 +77,8 @@ class GateRun:
     junit_path: str
     interp: dict[str, Any] | None = field(default=None)
     test_env: dict[str, str] = field(default_factory=dict)
+    #: ids whose outcomes were carried over from an interrupted earlier attempt (kgate.gate_resume)
+    carried: tuple[str, ...] = ()
 
     @property
     def counts(self) -> dict[str, int]:
@@ -103,6 +106,8 @@ class GateRun:
             parts.append(f"{missing} not finished")
         if self.collect_errors:
             parts.append(f"{len(self.collect_errors)} collection error(s)")
+        if self.carried:
+            parts.append(f"{len(self.carried)} of them carried over from an interrupted attempt of the same commit")
         if self.timed_out:
             parts.append(f"run timed out after {self.wall_s:.0f} s (running: {self.running_at_end})")
         elif self.crashed:
@@ -118,6 +123,7 @@ class GateRun:
             "collect_errors": self.collect_errors, "running_at_end": self.running_at_end,
             "imports": self.imports, "env": self.env, "test_env": self.test_env, "log": self.log,
             "outcomes": self.outcomes_path, "junit": self.junit_path, "interpreter": self.interp,
+            "carried_over": list(self.carried),
         }
 
 
@@ -148,15 +154,14 @@ def build_env(spec: GateSpec, worktree: Path, triton_cache: Path) -> dict[str, s
 
 def run(spec: GateSpec, worktree: Path, out_dir: Path, triton_cache: Path, *, tag: str,
         only_ids: list[str] | None = None) -> GateRun:
-    """Run the gate (or only ``only_ids``) once; write outcomes, junit and log under ``out_dir``."""
+    """Run the gate (or only ``only_ids``) once; write outcomes, junit and log under ``out_dir``.
+    A full run resumes an interrupted earlier attempt of the same key (kgate.gate_resume)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     triton_cache.mkdir(parents=True, exist_ok=True)
     outcomes = (out_dir / f"{tag}.outcomes.json").resolve()
     junit = (out_dir / f"{tag}.junit.xml").resolve()
     log = (out_dir / f"{tag}.pytest.log").resolve()
     interp_record = (out_dir / f"{tag}.interpreter.json").resolve()
-    for p in [outcomes, junit, log, interp_record, *out_dir.glob(f"{tag}.outcomes.json.gw*")]:
-        p.unlink(missing_ok=True)
     cmd = [sys.executable, "-m", "pytest", *(only_ids or spec.tests), *_isolation(worktree), "-p", "kgate.outcomes_plugin",
            f"--kgate-outcomes={outcomes}", f"--junitxml={junit}", "-p", "no:cacheprovider", "-q", "-rfE",
            f"--timeout={spec.test_timeout_s}", "--timeout-method=thread" if spec.cpu else "--timeout-method=signal"]
@@ -171,13 +176,22 @@ def run(spec: GateSpec, worktree: Path, out_dir: Path, triton_cache: Path, *, ta
     if spec.workers > 1:
         cmd += ["-n", str(spec.workers)]
     cmd += list(spec.pytest_args)
+    key = None if only_ids else gate_resume.attempt_key(cmd, worktree, spec.env_set, sys.executable)
+    carried = gate_resume.carried(out_dir, tag, key)
+    for p in [outcomes, junit, log, interp_record, *out_dir.glob(f"{tag}.outcomes.json.gw*")]:
+        p.unlink(missing_ok=True)
+    skip_file = gate_resume.write_attempt(out_dir, tag, key, carried)
     env = build_env(spec, worktree, triton_cache)
+    run_cmd = [*cmd, f"--kgate-skip-ids={skip_file}"] if skip_file else cmd
     start = time.time()
     timed_out = False
     with log.open("w") as fh:
-        fh.write("$ " + " ".join(cmd) + "\n")
+        fh.write("$ " + " ".join(run_cmd) + "\n")
+        if carried:
+            fh.write(f"kgate: {len(carried)} test(s) carried over from an interrupted attempt of the same commit "
+                     f"and settings ({skip_file}); running the rest\n")
         fh.flush()
-        proc = subprocess.Popen(cmd, cwd=worktree, env=env, stdout=fh, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen(run_cmd, cwd=worktree, env=env, stdout=fh, stderr=subprocess.STDOUT,
                                 start_new_session=True)
         with _forward_signals(proc):
             try:
@@ -197,18 +211,20 @@ def run(spec: GateSpec, worktree: Path, out_dir: Path, triton_cache: Path, *, ta
     crashed = code is not None and (code < 0 or (code not in (0, 1, 2, 3, 4, 5)))
     if code in (3, 4) and not state.get("tests"):
         raise KgateError(f"pytest could not run the gate (exit {code}); see {log}")
-    if code == 5:
+    if code == 5 and not carried:
         raise ConfigError(f"gate: no test was collected (tests {list(spec.tests)}, -k {spec.select!r}); see {log}")
     if code == 2 and not state.get("collect_errors") and not state.get("tests"):
         raise KgateError(f"pytest was interrupted before any test ran (exit 2); see {log}")
     interp = json.loads(interp_record.read_text()) if interp_record.exists() else None
-    return GateRun(command=cmd, exit_code=code, wall_s=wall, timed_out=timed_out, crashed=crashed,
-                   collected=state.get("collected", []), deselected=state.get("deselected", []),
-                   tests=state.get("tests", {}), collect_errors=state.get("collect_errors", []),
+    collected = [*carried, *(i for i in state.get("collected", []) if i not in carried)]
+    return GateRun(command=run_cmd, exit_code=0 if code == 5 and carried else code, wall_s=wall,
+                   timed_out=timed_out, crashed=crashed, collected=collected,
+                   deselected=[i for i in state.get("deselected", []) if i not in carried],
+                   tests={**carried, **state.get("tests", {})}, collect_errors=state.get("collect_errors", []),
                    running_at_end=state.get("running"), imports=state.get("imports", {}),
                    env={k: env[k] for k in ("PYTHONPATH", "TRITON_CACHE_DIR", "TRITON_INTERPRET") if k in env},
                    log=str(log), outcomes_path=str(outcomes), junit_path=str(junit), interp=interp,
-                   test_env=state.get("env", {}))
+                   test_env=state.get("env", {}), carried=tuple(carried))
 
 
 @contextlib.contextmanager

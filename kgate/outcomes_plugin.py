@@ -28,6 +28,8 @@ _MAX_MSG = 4000
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--kgate-outcomes", default=None, help="Write kgate's outcome record to this JSON path.")
+    parser.addoption("--kgate-skip-ids", default=None, help="File of test ids (one per line) an interrupted "
+                     "earlier attempt finished: deselected here (kgate.gate_resume).")
     parser.addoption("--kgate-env", default="", help="Comma-separated glob patterns of variables to record at the "
                                                      "end of the session (kgate.envdiff).")
 
@@ -134,6 +136,19 @@ def _imports(root: Path) -> dict[str, str | None]:
         if mod is not None:
             out[name] = getattr(mod, "__file__", None)
     return out
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselect the ids of ``--kgate-skip-ids`` (run first, so the recorder's collected list leaves them out)."""
+    path = config.getoption("--kgate-skip-ids")
+    if not path:
+        return
+    skip = set(Path(path).read_text().splitlines())
+    gone = [i for i in items if i.nodeid in skip]
+    if gone:
+        config.hook.pytest_deselected(items=gone)
+        items[:] = [i for i in items if i.nodeid not in skip]
 
 
 def pytest_configure(config: pytest.Config) -> None:

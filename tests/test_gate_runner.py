@@ -150,3 +150,72 @@ def test_gate_env_may_not_set_a_forbidden_variable(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="gate.env: FLA_CI_ENV is also in gate.forbid_env"):
         gate.run(spec(forbid_env=("FLA_CI_ENV",), env_set=(("FLA_CI_ENV", "1"),)), root, tmp_path / "o",
                  tmp_path / "cache", tag="t")
+
+
+def _interrupted(tmp_path: Path, workers: int) -> tuple[Path, Path, Path]:
+    """A committed toy target whose test_4 blocks while ``slow`` exists; a gate run of it in a child process
+    is interrupted (SIGINT, as Snakemake or Ctrl-C sends it) once test_1..test_4 have started (test_5 too,
+    where a second xdist worker took it)."""
+    import os
+    import signal
+    import sys
+    import time
+
+    runs, slow = tmp_path / "runs.log", tmp_path / "slow"
+    body = "import os, time\n"
+    for i in range(1, 6):
+        body += (f"def test_{i}():\n    open({str(runs)!r}, 'a').write('test_{i}\\n')\n"
+                 + (f"    while os.path.exists({str(slow)!r}):\n        time.sleep(0.2)\n" if i == 4 else ""))
+    root = tree(tmp_path, {**TOY, "tests/test_a.py": body})
+    subprocess.run(["git", "-C", str(root), "add", "-A"], check=True)
+    subprocess.run(["git", "-C", str(root), "-c", "user.name=k", "-c", "user.email=k@k", "commit", "-qm", "toy"],
+                   check=True)
+    slow.write_text("")
+    script = (f"from pathlib import Path\nfrom kgate import gate\nimport test_gate_runner as t\n"
+              f"gate.run(t.spec(workers={workers}), Path({str(root)!r}), Path({str(tmp_path / 'out')!r}), "
+              f"Path({str(tmp_path / 'cache')!r}), tag='t')\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).parent), *sys.path]))
+    child = subprocess.Popen([sys.executable, "-c", script], env=env, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and (not runs.exists() or len(runs.read_text().split()) < 4):
+        time.sleep(0.2)
+    time.sleep(1)  # let the outcome files catch up with the last teardown
+    child.send_signal(signal.SIGINT)
+    _, err = child.communicate(timeout=60)
+    assert child.returncode != 0 and "interrupted by signal SIGINT" in err
+    assert {"test_1", "test_2", "test_3", "test_4"} <= set(runs.read_text().split())
+    return root, runs, slow
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_an_interrupted_run_resumes_with_the_tests_it_finished(tmp_path: Path, workers: int) -> None:
+    """The next attempt of the same commit carries the finished tests over and runs only the rest, starting with
+    the one that was running when it was cut; a finished attempt is then measured afresh."""
+    root, runs, slow = _interrupted(tmp_path, workers)
+    finished = sorted(set(runs.read_text().split()) - {"test_4"})
+    slow.unlink()
+    runs.write_text("")
+    again = gate.run(spec(workers=workers), root, tmp_path / "out", tmp_path / "cache", tag="t")
+    ids = [f"tests/test_a.py::test_{i}" for i in range(1, 6)]
+    assert sorted(runs.read_text().split()) == sorted({f"test_{i}" for i in range(1, 6)} - set(finished))
+    assert sorted(again.carried) == [f"tests/test_a.py::{t}" for t in finished]
+    assert again.green and sorted(again.collected) == ids and sorted(again.tests) == ids and not again.deselected
+    assert f"{len(finished)} of them carried over from an interrupted attempt" in again.summary()
+    assert "carried over" in Path(again.log).read_text()
+    runs.write_text("")
+    fresh = gate.run(spec(workers=workers), root, tmp_path / "out", tmp_path / "cache", tag="t")
+    assert sorted(runs.read_text().split()) == ["test_1", "test_2", "test_3", "test_4", "test_5"]
+    assert fresh.green and not fresh.carried
+
+
+def test_an_interrupted_run_of_another_commit_is_not_resumed(tmp_path: Path) -> None:
+    """A new commit (or changed settings) is another attempt key: every test runs again."""
+    root, runs, slow = _interrupted(tmp_path, 1)
+    slow.unlink()
+    (root / "toy" / "__init__.py").write_text("def f(x):\n    return x + 2\n")
+    subprocess.run(["git", "-C", str(root), "-c", "user.name=k", "-c", "user.email=k@k", "commit", "-qam", "edit"],
+                   check=True)
+    runs.write_text("")
+    again = gate.run(spec(), root, tmp_path / "out", tmp_path / "cache", tag="t")
+    assert sorted(runs.read_text().split()) == ["test_1", "test_2", "test_3", "test_4", "test_5"]
+    assert again.green and not again.carried
