@@ -211,15 +211,14 @@ def run(spec: GateSpec, worktree: Path, out_dir: Path, triton_cache: Path, *, ta
     crashed = code is not None and (code < 0 or (code not in (0, 1, 2, 3, 4, 5)))
     if code in (3, 4) and not state.get("tests"):
         raise KgateError(f"pytest could not run the gate (exit {code}); see {log}")
-    if code == 5 and not carried:
+    if code == 5:
         raise ConfigError(f"gate: no test was collected (tests {list(spec.tests)}, -k {spec.select!r}); see {log}")
     if code == 2 and not state.get("collect_errors") and not state.get("tests"):
         raise KgateError(f"pytest was interrupted before any test ran (exit 2); see {log}")
     interp = json.loads(interp_record.read_text()) if interp_record.exists() else None
     collected = [*carried, *(i for i in state.get("collected", []) if i not in carried)]
-    return GateRun(command=run_cmd, exit_code=0 if code == 5 and carried else code, wall_s=wall,
-                   timed_out=timed_out, crashed=crashed, collected=collected,
-                   deselected=[i for i in state.get("deselected", []) if i not in carried],
+    return GateRun(command=run_cmd, exit_code=code, wall_s=wall, timed_out=timed_out, crashed=crashed,
+                   collected=collected, deselected=[i for i in state.get("deselected", []) if i not in carried],
                    tests={**carried, **state.get("tests", {})}, collect_errors=state.get("collect_errors", []),
                    running_at_end=state.get("running"), imports=state.get("imports", {}),
                    env={k: env[k] for k in ("PYTHONPATH", "TRITON_CACHE_DIR", "TRITON_INTERPRET") if k in env},

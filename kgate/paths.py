@@ -36,6 +36,8 @@ def lets_through(stage: str, status: str, force: bool) -> bool:
     if not force:
         return False
     return status == "stop" or (stage in EVIDENCE_STAGES and status in ("fail", "inconclusive"))
+
+
 #: the workflow's first rule (``python -m kgate doctor --record``): results/<campaign>/<gpu>/doctor/record.json.
 #: Not a gate of the protocol: a failure is a site error (no record), so it is not in STAGES, the verdict or
 #: the report; ``target`` depends on its record.

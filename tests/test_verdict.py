@@ -81,12 +81,19 @@ def test_a_forced_run_shows_what_it_would_be_without_the_stop(later: str, would_
     assert unforced["verdict"] == "STOPPED" and unforced["would_be"] is None
 
 
+def h200(n: int, **statuses: str) -> list[dict]:
+    """Records of the protocol's first ``n`` stages on an H200, each passing unless ``statuses`` names it."""
+    return [rec(s, statuses.get(s, "pass"), gpu="h200") for s in verdict.PROTOCOL[:n]]
+
+
+def protocol_verdict(records: list[dict], forced: bool = False) -> dict:
+    return verdict.compute(records, campaign="c", gpu="h200", candidate="0123456789ab", forced=forced,
+                           implemented=verdict.PROTOCOL)
+
+
 def test_a_forced_run_that_stopped_early_would_be_inconclusive() -> None:
     """Past the STOP nothing else ran yet: the would-be verdict names the missing evidence."""
-    records = [rec(s, gpu="h200") for s in verdict.PROTOCOL[:4]]
-    records[3] = rec("profile_baseline", "stop", gpu="h200")
-    v = verdict.compute(records, campaign="c", gpu="h200", candidate="0123456789ab", forced=True,
-                        implemented=verdict.PROTOCOL)
+    v = protocol_verdict(h200(4, profile_baseline="stop"), forced=True)
     assert (v["verdict"], v["would_be"]) == ("STOPPED", "INCONCLUSIVE")
     assert "candidate_build" in v["sentence"]
 
@@ -94,19 +101,14 @@ def test_a_forced_run_that_stopped_early_would_be_inconclusive() -> None:
 def test_a_forced_run_past_a_measured_fail_leaves_the_later_stages_unblocked() -> None:
     """bench failed in a forced run: ncu and model are not blocked (they collect the evidence), the verdict
     stays STOPPED, and the would-be verdict is NO-GO from bench, not from anything measured after it."""
-    records = [rec(s, gpu="h200") for s in verdict.PROTOCOL[:8]]
-    records[3] = rec("profile_baseline", "stop", gpu="h200")
-    records[7] = rec("bench", "fail", gpu="h200")
-    v = verdict.compute(records, campaign="c", gpu="h200", candidate="0123456789ab", forced=True,
-                        implemented=verdict.PROTOCOL)
+    records = h200(8, profile_baseline="stop", bench="fail")
+    v = protocol_verdict(records, forced=True)
     assert (v["verdict"], v["would_be"]) == ("STOPPED", "NO-GO")
     later = {s["stage"]: s["why"] for s in v["stages"] if s["status"] == "not_run"}
     assert later == {"ncu": "no record (not run yet)", "model": "no record (not run yet)"}
-    v = verdict.compute([*records, rec("ncu", gpu="h200"), rec("model", "fail", gpu="h200")], campaign="c",
-                        gpu="h200", candidate="0123456789ab", forced=True, implemented=verdict.PROTOCOL)
+    v = protocol_verdict([*records, rec("ncu", gpu="h200"), rec("model", "fail", gpu="h200")], forced=True)
     assert (v["verdict"], v["would_be"]) == ("STOPPED", "NO-GO") and "bench" in v["sentence"]
-    unforced = verdict.compute(records, campaign="c", gpu="h200", candidate="0123456789ab",
-                               implemented=verdict.PROTOCOL)
+    unforced = protocol_verdict(records)
     assert all(s["why"].startswith("blocked by profile_baseline") for s in unforced["stages"]
                if s["status"] == "not_run")
 
@@ -114,16 +116,12 @@ def test_a_forced_run_past_a_measured_fail_leaves_the_later_stages_unblocked() -
 def test_a_forced_run_does_not_walk_past_a_failed_gate() -> None:
     """Force walks past a STOP and a measured fail only: the stages after a later failed correctness or
     integrity gate are blocked by that gate."""
-    records = [rec(s, gpu="h200") for s in verdict.PROTOCOL[:5]]
-    records[3] = rec("profile_baseline", "stop", gpu="h200")
-    records[4] = rec("candidate_build", "fail", gpu="h200")
-    v = verdict.compute(records, campaign="c", gpu="h200", candidate="0123456789ab", forced=True,
-                        implemented=verdict.PROTOCOL)
+    records = h200(5, profile_baseline="stop", candidate_build="fail")
+    v = protocol_verdict(records, forced=True)
     assert (v["verdict"], v["would_be"]) == ("STOPPED", "NO-GO")
     later = [s for s in v["stages"] if s["status"] == "not_run"]
     assert [s["stage"] for s in later] == list(verdict.PROTOCOL[5:])
     assert all(s["why"] == "blocked by candidate_build: candidate_build_gate fail" for s in later)
-    unforced = verdict.compute(records[:4], campaign="c", gpu="h200", candidate="0123456789ab",
-                               implemented=verdict.PROTOCOL)
+    unforced = protocol_verdict(records[:4])
     assert all(s["why"].startswith("blocked by profile_baseline") for s in unforced["stages"]
                if s["status"] == "not_run")
