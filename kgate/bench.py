@@ -14,7 +14,11 @@ Method (docs/measurement.md has the rules and their limits):
    and its peak memory. Autotune picks are read from both arms.
 3. Rounds alternate the arm that goes first (AB, BA, ...). In a round every
    row is timed in both arms: ``samples`` calls per arm, each after an L2
-   flush, CUDA events per call; the round statistic is the median. Clocks,
+   flush, CUDA events per call; with ``bench.timer: host_ahead`` (the
+   default) a spin kernel holds the GPU until the host has enqueued the call,
+   so launch-bound rows are timed on the device, not by the host's launch
+   rate, and each sample records whether the host was ahead
+   (kgate.host_ahead); the round statistic is the median. Clocks,
    power, temperature and throttle reasons are read after each arm's block.
    Each round is appended to ``rounds.jsonl`` (fsync) before the next starts,
    so a killed bench resumes at its last finished round.
@@ -55,6 +59,14 @@ from kgate.stage import Context
 
 CHECKPOINT = "rounds.jsonl"
 CHECKPOINT_SCHEMA = "kgate.bench-rounds/1"
+#: bench.timer (kgate.host_ahead): what the samples of each setting measure
+TIMER_METHODS = {
+    "host_ahead": "CUDA events around each call, after the L2 flush and a spin kernel that holds the GPU until "
+                  "the host has enqueued the call: the device's time for it (kgate.host_ahead)",
+    "inline": "CUDA events around each call, after the L2 flush: the device's time or the host's launching, "
+              "whichever is longer",
+    "cpu": "time.perf_counter around each call (CPU: not meaningful)",
+}
 
 
 # what the gates read
@@ -359,8 +371,8 @@ class Plan:
         return cls(items)
 
 
-def time_round(index: int, arms: dict[str, Arm], plan: Plan, samples: int, telemetry: measure.Telemetry
-               ) -> dict[str, Any]:
+def time_round(index: int, arms: dict[str, Arm], plan: Plan, samples: int, telemetry: measure.Telemetry,
+               hold: bool = False) -> dict[str, Any]:
     order = stats.alternating_orders(index + 1)[-1]
     first, second = ("base", "cand") if order == stats.AB else ("cand", "base")
     cells: dict[str, Any] = {}
@@ -368,8 +380,10 @@ def time_round(index: int, arms: dict[str, Arm], plan: Plan, samples: int, telem
     for key, row, mode, _role in plan.items:
         cell: dict[str, Any] = {}
         for name in (first, second):
-            res = arms[name].request("time", row=row.name, mode=mode, n=samples)
+            res = arms[name].request("time", row=row.name, mode=mode, n=samples, hold=hold)
             cell[name] = {"samples_ms": res["samples_ms"], "telemetry": telemetry.sample()}
+            if "ahead" in res:
+                cell[name].update(ahead=res["ahead"], hold_ms=res["hold_ms"])
         cells[key] = cell
     return {"kind": "round", "index": index, "order": order, "rows": cells, "started": t0, "finished": time.time()}
 
@@ -396,7 +410,7 @@ def run_rounds(arms: dict[str, Arm], plan: Plan, samples: int, telemetry: measur
         if all(not d.continue_ for d in decisions.values()):
             return recorded, decisions, resumed_from, note
         index = len(recorded)
-        rnd = time_round(index, arms, plan, samples, telemetry)
+        rnd = time_round(index, arms, plan, samples, telemetry, hold=key_parts.get("timer") == "host_ahead")
         rnd["exclusive"] = measure.foreign_processes(telemetry.compute_apps(), ours)
         append_line(ckpt, rnd)
         recorded.append(rnd)
@@ -462,6 +476,7 @@ def _measure(ctx: Context, spec: MeasureSpec, cfg: BenchConfig, plan: Plan, arms
              warm_calls: int, evidence: str, fx: dict[str, Any], build: dict[str, Any]) -> StageResult:
     device = measure.check_same_device(list(arms.values()))
     uuid = device.get("uuid")
+    timer = str(spec.bench.get("timer", "host_ahead"))
     telemetry = measure.Telemetry(f"GPU-{uuid}" if uuid and not str(uuid).startswith("GPU-") else uuid, spec.cpu)
     ours = {a.pid for a in arms.values()}
     exclusive_log = [{"when": "before warm-up", **measure.foreign_processes(telemetry.compute_apps(), ours)}]
@@ -488,7 +503,7 @@ def _measure(ctx: Context, spec: MeasureSpec, cfg: BenchConfig, plan: Plan, arms
     ckpt = ctx.out_dir / CHECKPOINT
     key_parts = {"schema": CHECKPOINT_SCHEMA, "bench_base": fx["data"]["bench_base"],
                  "candidate_sha": build["data"]["candidate_sha"], "device": uuid or socket.gethostname(),
-                 "samples": samples, "dtype": spec.dtype, "seed": spec.seed,
+                 "samples": samples, "timer": timer, "dtype": spec.dtype, "seed": spec.seed,
                  "rows": [(k, r.values, m) for k, r, m, _ in plan.items],
                  "inputs": {k: v["sha256"] for k, v in hashes.items()}}
     ctl = cfg.controller()
@@ -513,6 +528,7 @@ def _measure(ctx: Context, spec: MeasureSpec, cfg: BenchConfig, plan: Plan, arms
         "candidate": ctx.candidate, "candidate_sha": build["data"]["candidate_sha"],
         "bench_base": fx["data"]["bench_base"], "device": device, "telemetry": telemetry.method,
         "samples_per_round": samples, "warm_calls": warm_calls,
+        "timer": {"setting": timer, "method": TIMER_METHODS["cpu" if spec.cpu else timer]},
         "controller": {"min_rounds": cfg.min_rounds, "max_rounds": cfg.max_rounds, "resolution": cfg.resolution,
                        "look_confidence": ctl.look_confidence, "looks": list(ctl.looks())},
         "rounds": len(recorded), "resumed_from_round": resumed_from, "checkpoint": str(ckpt), "resume": resume_note,
@@ -556,6 +572,7 @@ def describe(o: RowOutcome, recorded: list[dict[str, Any]], cfg: BenchConfig, pr
         "decision": o.decision.as_dict(),
         "summary": {a: stats.summarize(s).as_dict() for a, s in arm_samples.items()},
         "round_medians_ms": {a: [stats.summarize(c[a]["samples_ms"]).median_ms for c in cells] for a in ("base", "cand")},
+        "host_ahead": host_ahead_share(cells),
         "orders": [r["order"] for r in recorded],
         "telemetry": [{a: c[a].get("telemetry") for a in ("base", "cand")} for c in cells],
         "peak_bytes": {"base": o.peak_base, "cand": o.peak_cand}, "expected_temporary_bytes": o.expected_bytes,
@@ -564,6 +581,15 @@ def describe(o: RowOutcome, recorded: list[dict[str, Any]], cfg: BenchConfig, pr
         "autotune_diff": list(o.autotune_diff),
         "warm_wall_s": {a: warm[a]["wall_s"] for a in ("base", "cand")},
     }
+
+
+def host_ahead_share(cells: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Per arm: samples timed with the host ahead of the GPU, of all samples, and the holds used (ms)."""
+    if not cells or any("ahead" not in c[a] for c in cells for a in ("base", "cand")):
+        return None
+    return {a: {"ahead": sum(c[a]["ahead"] for c in cells), "samples": sum(len(c[a]["samples_ms"]) for c in cells),
+                "hold_ms": [min(c[a]["hold_ms"][0] for c in cells), max(c[a]["hold_ms"][1] for c in cells)]}
+            for a in ("base", "cand")}
 
 
 def exclusive_gate(recorded: list[dict[str, Any]], before: list[dict[str, Any]], cpu: bool, evidence: str) -> Gate:

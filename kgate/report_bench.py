@@ -79,8 +79,22 @@ def view(data: dict[str, Any]) -> dict[str, Any] | None:
     facts = [("rounds", f"{clean(data.get('rounds'))} (resumed from round {clean(data.get('resumed_from_round'))})"
               if data.get("resumed_from_round") else clean(data.get("rounds"))),
              ("samples per round", clean(data.get("samples_per_round"))),
+             ("timer", _timer(data.get("timer"), data.get("rows") or [])),
              ("gated geomean speedup", f"{times(est.get('speedup'))} {_interval([est.get('lower'), est.get('upper')])}"
               if est else "—"),
              ("bar", times(data.get("bar")))]
     return {"facts": facts, "stats": [k.removesuffix("_ms") for k in STATS], "rows": table, "plots": plots,
             "series": series, "picks": picks}
+
+
+def _timer(timer: Any, rows: list[Any]) -> str:
+    """The timer's method, and with the host-ahead hold how many samples had the host ahead of the GPU."""
+    if not isinstance(timer, Mapping):
+        return "CUDA events around each call (recorded before the timer setting existed)"
+    ahead = [r["host_ahead"] for r in rows if isinstance(r, Mapping) and isinstance(r.get("host_ahead"), Mapping)]
+    text = clean(timer.get("method"))
+    if ahead:
+        got = sum(a[arm]["ahead"] for a in ahead for arm in a)
+        of = sum(a[arm]["samples"] for a in ahead for arm in a)
+        text += f"; host ahead in {got} of {of} samples"
+    return text

@@ -32,7 +32,10 @@ Method
 * ``time``: N calls, each preceded by an L2 flush (zeroing a buffer of
   max(256 MiB, 2 x L2) bytes with kgate's own ``kgate_l2_flush`` kernel),
   each timed with its own pair of CUDA events recorded after the flush; one
-  synchronisation at the end. On CPU, ``time.perf_counter`` around each call
+  synchronisation at the end. With ``hold`` (bench's default timer) a spin
+  kernel sits between the flush and the start event so that the host has
+  enqueued the whole call before the GPU starts it (kgate.host_ahead: the
+  method, its check and its limits). On CPU, ``time.perf_counter`` around each call
   (meaningless under the interpreter, and labelled so).
 * ``profile``: torch.profiler over ``iterations`` flushed calls. On CUDA the
   kernel table is every device kernel event except ``kgate_l2_flush``; peak
@@ -69,6 +72,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from kgate.host_ahead import Hold, cycles_per_ms
 
 MAX_BLOCKS_PER_SM = 32
 REG_ALLOC_UNIT = 256
@@ -110,6 +115,8 @@ class State:
     compiled_by_row: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     launched_by_row: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     info: dict[str, Any] = field(default_factory=dict)
+    spin_cycles_per_ms: float | None = None
+    holds: dict[str, Hold] = field(default_factory=dict)
 
 
 # helpers
@@ -524,13 +531,35 @@ class Worker:
                 "compiled": [v["kernel"] for v in new],
                 "launched": None if launched is None else sorted({v["kernel"] for v in launched})}
 
-    def time(self, row: str, mode: str, n: int) -> dict[str, Any]:
+    def time(self, row: str, mode: str, n: int, hold: bool = False) -> dict[str, Any]:
         s, torch = self.s, self.s.torch
         rs = self._row(row)
         samples: list[float] = []
+        ahead: list[bool] = []
+        held: list[float] = []
         t_start = time.time()
         with no_gc():
-            if s.cuda:
+            if s.cuda and hold:
+                key = f"{row}:{mode}"
+                if key not in s.holds:
+                    s.holds[key] = Hold.first(self._host_enqueue_ms(rs, mode))
+                rate = self._spin_rate()
+                starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+                ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+                for i in range(n):
+                    self._prep(rs)
+                    self._flush()
+                    h = s.holds[key]
+                    torch.cuda._sleep(h.cycles(rate))
+                    starts[i].record()
+                    self._call(rs, mode)
+                    ends[i].record()
+                    ahead.append(not starts[i].query())
+                    held.append(h.ms)
+                    s.holds[key] = h.after(ahead[-1])
+                torch.cuda.synchronize()
+                samples = [a.elapsed_time(b) for a, b in zip(starts, ends)]
+            elif s.cuda:
                 starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
                 ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
                 for i in range(n):
@@ -550,7 +579,38 @@ class Worker:
                     samples.append((time.perf_counter() - t0) * 1e3)
         if any(not (x > 0 and math.isfinite(x)) for x in samples):
             raise RuntimeError(f"row {row}: a timed call measured {min(samples)} ms; the timer is too coarse")
-        return {"samples_ms": samples, "t_start": t_start, "t_end": time.time()}
+        out: dict[str, Any] = {"samples_ms": samples, "t_start": t_start, "t_end": time.time()}
+        if ahead:
+            out.update(ahead=sum(ahead), hold_ms=[min(held), max(held)])
+        return out
+
+    def _host_enqueue_ms(self, rs: RowState, mode: str) -> float:
+        """The host's time to enqueue one call with the GPU idle before it (median of 3, untimed on the device)."""
+        torch = self.s.torch
+        spans = []
+        for _ in range(3):
+            self._prep(rs)
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            self._call(rs, mode)
+            spans.append((time.perf_counter() - t0) * 1e3)
+            torch.cuda.synchronize()
+        return statistics.median(spans)
+
+    def _spin_rate(self) -> float:
+        """Cycles per millisecond of ``torch.cuda._sleep``, from three timed 1 M-cycle spins (once per worker)."""
+        s, torch = self.s, self.s.torch
+        if s.spin_cycles_per_ms is None:
+            cycles, spans = 1_000_000, []
+            for _ in range(3):
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                a.record()
+                torch.cuda._sleep(cycles)
+                b.record()
+                torch.cuda.synchronize()
+                spans.append(a.elapsed_time(b))
+            s.spin_cycles_per_ms = cycles_per_ms(cycles, spans)
+        return s.spin_cycles_per_ms
 
     def profile(self, row: str, mode: str, iterations: int) -> dict[str, Any]:
         s, torch = self.s, self.s.torch

@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 from conftest import Workflow, candidate_id
 
+from kgate import bench
+
 pytestmark = pytest.mark.campaign
 CAMPAIGN = "rwkv6-bwd-fusion"
 IDENTITY = "overlay:kernels/rwkv6_bwd_fused/identity"
@@ -87,6 +89,9 @@ def test_bench_runs_interleaved_rounds_on_identical_inputs(identity) -> None:
         assert row["decision"]["continue"] is False and row["decision"]["rounds"] == 5
         assert row["peak_drop_bytes"] == 0 and row["kernels"]["base"] == row["kernels"]["cand"]
     assert set(data["input_hashes"]) == {"tiny_D16", "tiny_varlen_D16"}
+    # the campaign leaves bench.timer at its default; on CPU no sample is held, so no row counts hosts ahead
+    assert data["timer"] == {"setting": "host_ahead", "method": bench.TIMER_METHODS["cpu"]}
+    assert all(row["host_ahead"] is None for row in data["rows"])
     g = gates(rec)
     timed = [x for name, x in g.items()
              if name not in ("peak_memory_drop", "gpu_exclusive", "no_optimized_row_slow", "same_env")]

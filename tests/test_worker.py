@@ -126,6 +126,9 @@ class TestProtocol:
             assert set(warm["grad_hashes"]) == {"grad_outputs[0]"}
             timed = arm.request("time", row="small", mode="fwdbwd", n=3)
             assert len(timed["samples_ms"]) == 3 and min(timed["samples_ms"]) > 0
+            # the host-ahead hold is a GPU method: on CPU the request is timed as before and says nothing of it
+            held = arm.request("time", row="small", mode="fwdbwd", n=2, hold=True)
+            assert len(held["samples_ms"]) == 2 and "ahead" not in held and "hold_ms" not in held
             prof = arm.request("profile", row="small", mode="fwdbwd", iterations=2)
             # one launch of the toy kernel per forward, none in its backward
             assert prof["kernels"]["toy_scale_kernel"]["launches"] == 2
