@@ -543,7 +543,7 @@ def _measure(ctx: Context, spec: MeasureSpec, cfg: BenchConfig, plan: Plan, arms
         "bar": cfg.bar, "forced": bool(getattr(ctx.args, "force", False)),
     }
     host = [((t or {}).get(a) or {}).get("host") or {} for c in row_data for t in c["telemetry"] for a in ("base", "cand")]
-    return StageResult(gates=gates, data=data, reasons=measure.busy_note([h for h in host if h]))
+    return StageResult(gates=gates, data=data, reasons=measure.busy_note([h for h in host if h]) + behind_note(row_data))
 
 
 def autotune_diff(row: str, mode: str, autotune: dict[str, Any], sources: dict[str, dict[str, str | None]]
@@ -590,6 +590,21 @@ def host_ahead_share(cells: list[dict[str, Any]]) -> dict[str, Any] | None:
     return {a: {"ahead": sum(c[a]["ahead"] for c in cells), "samples": sum(len(c[a]["samples_ms"]) for c in cells),
                 "hold_ms": [min(c[a]["hold_ms"][0] for c in cells), max(c[a]["hold_ms"][1] for c in cells)]}
             for a in ("base", "cand")}
+
+
+#: below this share of held samples with the host ahead, a row's spans carry host time worth naming
+AHEAD_SHARE_MIN = 0.9
+
+
+def behind_note(rows: list[dict[str, Any]]) -> list[str]:
+    """A reason line naming the rows where the host fell behind in more than 10 % of an arm's held samples."""
+    behind = [f"{r['key']} {a} {h[a]['samples'] - h[a]['ahead']} of {h[a]['samples']}"
+              for r in rows if (h := r.get("host_ahead")) for a in ("base", "cand")
+              if h[a]["ahead"] < AHEAD_SHARE_MIN * h[a]["samples"]]
+    if not behind:
+        return []
+    return ["host behind the GPU despite the hold (those spans include host time; a call that synchronises "
+            f"inside is never ahead): {'; '.join(behind)}"]
 
 
 def exclusive_gate(recorded: list[dict[str, Any]], before: list[dict[str, Any]], cpu: bool, evidence: str) -> Gate:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from kgate.bench import TIMER_METHODS, host_ahead_share
+from kgate.bench import TIMER_METHODS, behind_note, host_ahead_share
 from kgate.host_ahead import TIMERS, Hold, cycles_per_ms
 
 
@@ -71,3 +71,14 @@ def test_the_report_names_the_timer_and_how_often_the_host_kept_ahead() -> None:
     assert _timer({"setting": "inline", "method": TIMER_METHODS["inline"]}, [{"host_ahead": None}]) == \
         TIMER_METHODS["inline"]
     assert "before the timer setting existed" in _timer(None, rows)
+
+
+def test_rows_where_the_host_fell_behind_are_named_in_the_reasons() -> None:
+    ok = {"ahead": 95, "samples": 100, "hold_ms": [3.0, 3.0]}
+    bad = {"ahead": 60, "samples": 100, "hold_ms": [3.0, 100.0]}
+    rows = [{"key": "a:fwdbwd", "host_ahead": {"base": ok, "cand": ok}},
+            {"key": "b:fwdbwd", "host_ahead": {"base": ok, "cand": bad}},
+            {"key": "c:fwd", "host_ahead": None}]
+    (line,) = behind_note(rows)
+    assert line.endswith("b:fwdbwd cand 40 of 100") and "a:fwdbwd" not in line
+    assert behind_note(rows[:1] + rows[2:]) == []
