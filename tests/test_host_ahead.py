@@ -82,3 +82,92 @@ def test_rows_where_the_host_fell_behind_are_named_in_the_reasons() -> None:
     (line,) = behind_note(rows)
     assert line.endswith("b:fwdbwd cand 40 of 100") and "a:fwdbwd" not in line
     assert behind_note(rows[:1] + rows[2:]) == []
+
+
+class SimulatedGPU:
+    """NAMED FAKE (no GPU can exist here): a stream clock for ``torch.cuda`` as the held timer uses it.
+
+    The host enqueues work; the device runs it in order. ``_sleep(cycles)`` occupies the device for
+    cycles / rate ms, a call for ``call_ms`` of device time, while the host needs ``enqueue_ms`` to
+    enqueue a call. An event completes when the device reaches it; ``query()`` compares that moment
+    with the host's clock, which is what decides whether the host was ahead.
+    """
+
+    def __init__(self, call_ms: float, enqueue_ms: list[float], rate: float = 1000.0) -> None:
+        self.call_ms, self.enqueue_ms, self.rate = call_ms, list(enqueue_ms), rate
+        self.host = self.device = 0.0
+        self.slept: list[int] = []
+        gpu = self
+
+        class Event:
+            def __init__(self, enable_timing: bool = False) -> None:
+                self.at = None
+
+            def record(self) -> None:
+                gpu.device = max(gpu.device, gpu.host)
+                self.at = gpu.device
+
+            def query(self) -> bool:
+                return self.at <= gpu.host
+
+            def elapsed_time(self, other: Event) -> float:
+                return other.at - self.at
+
+        def _sleep(cycles: int) -> None:
+            gpu.slept.append(cycles)
+            gpu.device = max(gpu.device, gpu.host) + cycles / gpu.rate
+
+        def synchronize() -> None:
+            gpu.host = max(gpu.host, gpu.device)
+
+        self.cuda = type("cuda", (), {"Event": Event, "_sleep": staticmethod(_sleep),
+                                      "synchronize": staticmethod(synchronize)})
+
+    def call(self) -> None:
+        """The host enqueues a call kernel by kernel; the device runs each once both have got there."""
+        need = self.enqueue_ms.pop(0) if len(self.enqueue_ms) > 1 else self.enqueue_ms[0]
+        kernels = 10
+        for _ in range(kernels):
+            self.host += need / kernels
+            self.device = max(self.device, self.host) + self.call_ms / kernels
+
+
+def held_worker(gpu: SimulatedGPU, monkeypatch: pytest.MonkeyPatch):
+    """A worker whose torch is the simulated GPU and whose host clock (``perf_counter``) is the simulation's."""
+    import time
+
+    from kgate import worker as w
+
+    monkeypatch.setattr(w, "time", type("clock", (), {"perf_counter": staticmethod(lambda: gpu.host / 1e3),
+                                                      "time": staticmethod(time.time)}))
+    wk = w.Worker("base")
+    wk.s.torch, wk.s.cuda = gpu, True
+    wk.s.rows["r"] = w.RowState("r", {}, 0, (), {}, [])
+    wk._prep = lambda rs: None
+    wk._flush = lambda: None
+    wk._call = lambda rs, mode: gpu.call()
+    return wk
+
+
+def test_with_the_hold_a_launch_bound_call_is_timed_by_the_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    # 1 ms of kernels that the host needs 3 ms to launch: inline the span is the host's 3 ms
+    gpu = SimulatedGPU(call_ms=1.0, enqueue_ms=[3.0])
+    wk = held_worker(gpu, monkeypatch)
+    inline = wk.time("r", "fwdbwd", 4)
+    assert inline["samples_ms"] == pytest.approx([3.0] * 4, rel=0.05) and "ahead" not in inline
+    held = wk.time("r", "fwdbwd", 4, hold=True)
+    assert held["samples_ms"] == pytest.approx([1.0] * 4) and held["ahead"] == 4
+    assert held["hold_ms"] == pytest.approx([4.5, 4.5])  # 1.5 x the measured 3 ms enqueue time
+    assert gpu.slept and all(c == round(4.5 * 1000.0) for c in gpu.slept[3:])
+
+
+def test_a_host_that_falls_behind_is_counted_and_the_hold_grows(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the host's enqueue time jumps from 2 ms to 7 ms: that sample outlasts the 3 ms hold
+    gpu = SimulatedGPU(call_ms=1.0, enqueue_ms=[2.0, 2.0, 2.0, 2.0, 7.0, 2.0, 2.0, 2.0])
+    wk = held_worker(gpu, monkeypatch)
+    res = wk.time("r", "fwdbwd", 5, hold=True)
+    assert res["ahead"] == 4 and res["hold_ms"] == pytest.approx([3.0, 6.0])
+    slow = res["samples_ms"][1]
+    assert slow > 1.0 and all(x == pytest.approx(1.0) for i, x in enumerate(res["samples_ms"]) if i != 1)
+    # the grown hold is kept for the row's next round
+    assert wk.time("r", "fwdbwd", 2, hold=True)["hold_ms"] == pytest.approx([6.0, 6.0])
