@@ -30,10 +30,8 @@ no hold (``perf_counter`` around each call).
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
-
-#: bench.timer values: "host_ahead" (default on a GPU) or "inline" (events around the call, host time included)
-TIMERS = ("host_ahead", "inline")
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,9 +62,7 @@ class Hold:
 
 def cycles_per_ms(cycles: int, elapsed_ms: list[float]) -> float:
     """The spin kernel's rate from timed spins of ``cycles`` cycles (median of the spans)."""
-    good = sorted(x for x in elapsed_ms if x > 0)
+    good = [x for x in elapsed_ms if x > 0]
     if cycles <= 0 or not good:
         raise ValueError(f"spin calibration: {cycles} cycles over {elapsed_ms} ms")
-    mid = len(good) // 2
-    median = good[mid] if len(good) % 2 else 0.5 * (good[mid - 1] + good[mid])
-    return cycles / median
+    return cycles / statistics.median(good)

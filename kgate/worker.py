@@ -539,35 +539,25 @@ class Worker:
         held: list[float] = []
         t_start = time.time()
         with no_gc():
-            if s.cuda and hold:
+            if s.cuda:
                 key = f"{row}:{mode}"
-                if key not in s.holds:
+                if hold and key not in s.holds:
                     s.holds[key] = Hold.first(self._host_enqueue_ms(rs, mode))
-                rate = self._spin_rate()
+                rate = self._spin_rate() if hold else None
                 starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
                 ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
                 for i in range(n):
                     self._prep(rs)
                     self._flush()
-                    h = s.holds[key]
-                    torch.cuda._sleep(h.cycles(rate))
+                    if rate is not None:
+                        torch.cuda._sleep(s.holds[key].cycles(rate))
                     starts[i].record()
                     self._call(rs, mode)
                     ends[i].record()
-                    ahead.append(not starts[i].query())
-                    held.append(h.ms)
-                    s.holds[key] = h.after(ahead[-1])
-                torch.cuda.synchronize()
-                samples = [a.elapsed_time(b) for a, b in zip(starts, ends)]
-            elif s.cuda:
-                starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
-                ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
-                for i in range(n):
-                    self._prep(rs)
-                    self._flush()
-                    starts[i].record()
-                    self._call(rs, mode)
-                    ends[i].record()
+                    if rate is not None:
+                        ahead.append(not starts[i].query())
+                        held.append(s.holds[key].ms)
+                        s.holds[key] = s.holds[key].after(ahead[-1])
                 torch.cuda.synchronize()
                 samples = [a.elapsed_time(b) for a, b in zip(starts, ends)]
             else:

@@ -6,10 +6,13 @@ arithmetic and is tested here, with the bench record's per-row summary of the sa
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+import yaml
 
 from kgate.bench import TIMER_METHODS, behind_note, host_ahead_share
-from kgate.host_ahead import TIMERS, Hold, cycles_per_ms
+from kgate.host_ahead import Hold, cycles_per_ms
 
 
 def test_the_first_hold_covers_the_hosts_enqueue_time_within_its_floor_and_cap() -> None:
@@ -43,7 +46,9 @@ def test_spin_cycles_follow_the_calibrated_rate() -> None:
 
 
 def test_every_timer_setting_has_its_method_in_the_record() -> None:
-    assert set(TIMERS) | {"cpu"} == set(TIMER_METHODS)
+    schema = yaml.safe_load((Path(__file__).parents[1] / "workflow" / "schemas" / "campaign.schema.yaml").read_text())
+    timer = schema["properties"]["bench"]["properties"]["timer"]
+    assert set(timer["enum"]) | {"cpu"} == set(TIMER_METHODS) and timer["default"] in TIMER_METHODS
 
 
 def test_the_record_counts_held_samples_per_arm_across_rounds() -> None:
