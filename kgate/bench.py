@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kgate import envdiff, measure, paths, stats
+from kgate import envdiff, host_ahead, measure, paths, stats
 from kgate.baseline_tests import verify_worktree
 from kgate.candidate_gate import verify_frozen
 from kgate.errors import ConfigError, KgateError
@@ -383,7 +383,7 @@ def time_round(index: int, arms: dict[str, Arm], plan: Plan, samples: int, telem
             res = arms[name].request("time", row=row.name, mode=mode, n=samples, hold=hold)
             cell[name] = {"samples_ms": res["samples_ms"], "telemetry": telemetry.sample()}
             if "ahead" in res:
-                cell[name].update(ahead=res["ahead"], hold_ms=res["hold_ms"])
+                cell[name].update(ahead=res["ahead"], hold_ms=res["hold_ms"], unheld=res.get("unheld", 0))
         cells[key] = cell
     return {"kind": "round", "index": index, "order": order, "rows": cells, "started": t0, "finished": time.time()}
 
@@ -504,6 +504,7 @@ def _measure(ctx: Context, spec: MeasureSpec, cfg: BenchConfig, plan: Plan, arms
     key_parts = {"schema": CHECKPOINT_SCHEMA, "bench_base": fx["data"]["bench_base"],
                  "candidate_sha": build["data"]["candidate_sha"], "device": uuid or socket.gethostname(),
                  "samples": samples, "timer": timer, "dtype": spec.dtype, "seed": spec.seed,
+                 **({"hold": host_ahead.POLICY} if timer == "host_ahead" and not spec.cpu else {}),
                  "rows": [(k, r.values, m) for k, r, m, _ in plan.items],
                  "inputs": {k: v["sha256"] for k, v in hashes.items()}}
     ctl = cfg.controller()
@@ -584,12 +585,17 @@ def describe(o: RowOutcome, recorded: list[dict[str, Any]], cfg: BenchConfig, pr
 
 
 def host_ahead_share(cells: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """Per arm: samples timed with the host ahead of the GPU, of all samples, and the holds used (ms)."""
+    """Per arm: samples timed with the host ahead of the GPU, of all samples; samples timed without the hold
+    after it was dropped (``unheld``, kgate.host_ahead); and the holds used (ms, empty when none was held)."""
     if not cells or any("ahead" not in c[a] for c in cells for a in ("base", "cand")):
         return None
-    return {a: {"ahead": sum(c[a]["ahead"] for c in cells), "samples": sum(len(c[a]["samples_ms"]) for c in cells),
-                "hold_ms": [min(c[a]["hold_ms"][0] for c in cells), max(c[a]["hold_ms"][1] for c in cells)]}
-            for a in ("base", "cand")}
+    out = {}
+    for a in ("base", "cand"):
+        holds = [h for c in cells for h in c[a]["hold_ms"]]
+        out[a] = {"ahead": sum(c[a]["ahead"] for c in cells), "samples": sum(len(c[a]["samples_ms"]) for c in cells),
+                  "unheld": sum(c[a].get("unheld", 0) for c in cells),
+                  "hold_ms": [min(holds), max(holds)] if holds else []}
+    return out
 
 
 #: below this share of held samples with the host ahead, a row's spans carry host time worth naming
@@ -597,14 +603,29 @@ AHEAD_SHARE_MIN = 0.9
 
 
 def behind_note(rows: list[dict[str, Any]]) -> list[str]:
-    """A reason line naming the rows where the host fell behind in more than 10 % of an arm's held samples."""
-    behind = [f"{r['key']} {a} {h[a]['samples'] - h[a]['ahead']} of {h[a]['samples']}"
-              for r in rows if (h := r.get("host_ahead")) for a in ("base", "cand")
-              if h[a]["ahead"] < AHEAD_SHARE_MIN * h[a]["samples"]]
-    if not behind:
-        return []
-    return ["host behind the GPU despite the hold (those spans include host time; a call that synchronises "
-            f"inside is never ahead): {'; '.join(behind)}"]
+    """Reason lines naming the rows where the host fell behind in more than 10 % of an arm's held samples,
+    and the rows whose hold was dropped (a call that synchronises inside: kgate.host_ahead), saying when the
+    two arms were not timed alike."""
+    behind, dropped = [], []
+    for r in rows:
+        if not (h := r.get("host_ahead")):
+            continue
+        for a in ("base", "cand"):
+            held = h[a]["samples"] - h[a].get("unheld", 0)
+            if held and h[a]["ahead"] < AHEAD_SHARE_MIN * held:
+                behind.append(f"{r['key']} {a} {held - h[a]['ahead']} of {held}")
+        unheld = {a: h[a].get("unheld", 0) for a in ("base", "cand")}
+        if any(unheld.values()):
+            alike = "" if all(unheld.values()) else " (the arms were NOT timed alike)"
+            dropped.append(f"{r['key']} base {unheld['base']}, cand {unheld['cand']} of "
+                           f"{h['base']['samples']}{alike}")
+    out = []
+    if behind:
+        out.append(f"host behind the GPU despite the hold (those spans include host time): {'; '.join(behind)}")
+    if dropped:
+        out.append("hold dropped after samples in a row stayed behind (the call synchronises inside; its spans "
+                   f"include the host's work after that point), samples timed without it: {'; '.join(dropped)}")
+    return out
 
 
 def exclusive_gate(recorded: list[dict[str, Any]], before: list[dict[str, Any]], cpu: bool, evidence: str) -> Gate:
@@ -615,8 +636,11 @@ def exclusive_gate(recorded: list[dict[str, Any]], before: list[dict[str, Any]],
     if bad:
         return Gate(name, threshold, f"foreign processes after round(s) {bad}", "inconclusive", evidence=evidence,
                     detail="another process used the GPU during the benchmark; rerun on an exclusive allocation")
-    notes = {c["note"] for c in before if c.get("note")}
-    notes |= {r["exclusive"]["note"] for r in recorded if (r.get("exclusive") or {}).get("note")}
+    checks = list(before) + [r["exclusive"] for r in recorded if r.get("exclusive")]
+    # an empty process list before the workers opened their CUDA contexts says nothing once a later check
+    # listed every worker: that check did verify
+    listed = any(c.get("ours_listed") for c in checks)
+    notes = {c["note"] for c in checks if c.get("note") and not (listed and not c.get("apps"))}
     return Gate(name, threshold, f"{len(recorded)} round(s) checked" + (f" ({'; '.join(notes)})" if notes else ""),
                 "pass", evidence=evidence)
 

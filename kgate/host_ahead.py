@@ -31,7 +31,13 @@ no hold (``perf_counter`` around each call).
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+#: the hold's defaults: margin over the host's enqueue time, floor and cap (ms), and the samples in a row
+#: not ahead after which a row's hold is dropped (module docstring)
+MARGIN, FLOOR_MS, CAP_MS, GIVE_UP = 1.5, 0.2, 100.0, 4
+#: the policy in words: part of bench's run key, so rounds held one way are not resumed under another
+POLICY = f"hold {MARGIN}x host enqueue, floor {FLOOR_MS} ms, cap {CAP_MS} ms, dropped after {GIVE_UP} behind in a row"
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,19 +45,31 @@ class Hold:
     """The hold before one row's timed calls, in milliseconds of GPU spin."""
 
     ms: float
-    cap_ms: float = 100.0
+    cap_ms: float = CAP_MS
+    behind: int = 0
+    give_up: int = GIVE_UP
+
+    @property
+    def on(self) -> bool:
+        """False once ``give_up`` samples in a row were not ahead: the row is timed without a hold."""
+        return self.behind < self.give_up
 
     @classmethod
-    def first(cls, host_enqueue_ms: float, margin: float = 1.5, floor_ms: float = 0.2,
-              cap_ms: float = 100.0) -> Hold:
+    def first(cls, host_enqueue_ms: float, margin: float = MARGIN, floor_ms: float = FLOOR_MS,
+              cap_ms: float = CAP_MS) -> Hold:
         """``margin`` x the call's host enqueue time, at least ``floor_ms``, at most ``cap_ms``."""
         if not host_enqueue_ms >= 0:
             raise ValueError(f"host enqueue time {host_enqueue_ms!r} ms")
         return cls(min(cap_ms, max(floor_ms, margin * host_enqueue_ms)), cap_ms)
 
     def after(self, ahead: bool) -> Hold:
-        """The hold for the next sample: unchanged after a sample that was ahead, else doubled (capped)."""
-        return self if ahead else Hold(min(self.cap_ms, 2.0 * self.ms), self.cap_ms)
+        """The hold for the next sample: unchanged after a sample that was ahead, else doubled (capped)
+        and one more sample behind in a row; a dropped hold stays dropped."""
+        if not self.on:
+            return self
+        if ahead:
+            return replace(self, behind=0)
+        return replace(self, ms=min(self.cap_ms, 2.0 * self.ms), behind=self.behind + 1)
 
     def cycles(self, cycles_per_ms: float) -> int:
         """Spin cycles for ``torch.cuda._sleep`` at the calibrated rate."""

@@ -608,7 +608,8 @@ def foreign_processes(apps: list[dict[str, Any]] | None, ours: set[int]) -> dict
         foreign = []
     elif not apps and ours:
         note = "no compute process listed, not even our workers (a container hides them?): exclusivity unverified"
-    return {"checked": True, "apps": apps, "ours": sorted(ours), "foreign": foreign, "note": note}
+    return {"checked": True, "apps": apps, "ours": sorted(ours), "foreign": foreign, "note": note,
+            "ours_listed": bool(ours) and resolved == len(ours)}
 
 
 # small helpers shared by the stages

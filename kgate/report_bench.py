@@ -95,6 +95,9 @@ def _timer(timer: Any, rows: list[Any]) -> str:
     text = clean(timer.get("method"))
     if ahead:
         got = sum(a[arm]["ahead"] for a in ahead for arm in a)
-        of = sum(a[arm]["samples"] for a in ahead for arm in a)
-        text += f"; host ahead in {got} of {of} samples"
+        of = sum(a[arm]["samples"] - a[arm].get("unheld", 0) for a in ahead for arm in a)
+        unheld = sum(a[arm].get("unheld", 0) for a in ahead for arm in a)
+        text += f"; host ahead in {got} of {of} held samples"
+        if unheld:
+            text += f"; {unheld} samples timed without the hold (calls that synchronise inside)"
     return text

@@ -549,12 +549,13 @@ class Worker:
                 for i in range(n):
                     self._prep(rs)
                     self._flush()
-                    if rate is not None:
+                    holding = rate is not None and s.holds[key].on
+                    if holding:
                         torch.cuda._sleep(s.holds[key].cycles(rate))
                     starts[i].record()
                     self._call(rs, mode)
                     ends[i].record()
-                    if rate is not None:
+                    if holding:
                         ahead.append(not starts[i].query())
                         held.append(s.holds[key].ms)
                         s.holds[key] = s.holds[key].after(ahead[-1])
@@ -570,8 +571,9 @@ class Worker:
         if any(not (x > 0 and math.isfinite(x)) for x in samples):
             raise RuntimeError(f"row {row}: a timed call measured {min(samples)} ms; the timer is too coarse")
         out: dict[str, Any] = {"samples_ms": samples, "t_start": t_start, "t_end": time.time()}
-        if ahead:
-            out.update(ahead=sum(ahead), hold_ms=[min(held), max(held)])
+        if hold and s.cuda:
+            # unheld: samples after the row's hold was dropped (kgate.host_ahead: calls that synchronise inside)
+            out.update(ahead=sum(ahead), hold_ms=[min(held), max(held)] if held else [], unheld=n - len(held))
         return out
 
     def _host_enqueue_ms(self, rs: RowState, mode: str) -> float:

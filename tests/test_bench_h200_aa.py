@@ -1,13 +1,14 @@
 """The real H200 A/A benchmark, recomputed from its raw rounds.
 
-MEASURED DATA: ``tests/data/bench/h200_identity/`` and
-``h200_identity_quiet/`` each hold the record and the round checkpoint
-(``rounds.jsonl``) of bench for the identity candidate of the default
-campaign (the backward host function rebound to itself, so both arms run the
-same kernels) on an NVIDIA H200, copied unchanged (READMEs there): once on a
-host shared with a second campaign, once alone on its host. The statistics
-are rerun on the recorded samples: kgate must reach the decisions it
-recorded, and an A/A must come out neutral where it can resolve at all.
+MEASURED DATA: ``tests/data/bench/h200_identity/``, ``h200_identity_quiet/``
+and ``h200_identity_host_ahead/`` each hold the record and the round
+checkpoint (``rounds.jsonl``) of bench for the identity candidate of the
+default campaign (the backward host function rebound to itself, so both arms
+run the same kernels) on an NVIDIA H200, copied unchanged (READMEs there):
+with the inline timer on a host shared with a second campaign and alone on
+its host, then with the host-ahead timer. The statistics are rerun on the
+recorded samples: kgate must reach the decisions it recorded, and an A/A
+must come out neutral where it can resolve at all.
 """
 
 from __future__ import annotations
@@ -21,11 +22,18 @@ import pytest
 from kgate import bench, stats
 
 DATA = Path(__file__).parent / "data"
-#: A/A runs and the rows each one falsely called SLOW (none should be; the shared host had one)
-RUNS = {"h200_identity": ["B4_T2048_H16_D128:fwd"], "h200_identity_quiet": []}
 #: device-bound rows: the timed span is the kernels' device time
 DEVICE_BOUND = {"B1_T8192_H96_D128:fwdbwd", "B2_T16384_H16_D128:fwdbwd", "B4_T4096_H64_D128:fwdbwd",
                 "B8_T2048_H32_D256:fwdbwd"}
+#: rows whose call synchronises inside (fla's packed varlen: ``.item()``): no hold puts the host ahead
+SYNCS = {"varlen_D128:fwdbwd"}
+ALL_ROWS = DEVICE_BOUND | SYNCS | {"B4_T2048_H16_D128:fwdbwd", "B8_T1024_H8_D64:fwdbwd", "B4_T2048_H16_D128:fwd",
+                                  "B8_T1024_H8_D64:fwd"}
+#: A/A runs: the rows each one falsely called SLOW (none should be; the shared host had one), and the rows
+#: it resolved to within 1 % (the inline timer: the device-bound ones; the host-ahead timer: all but SYNCS)
+RUNS = {"h200_identity": (["B4_T2048_H16_D128:fwd"], DEVICE_BOUND),
+        "h200_identity_quiet": ([], DEVICE_BOUND),
+        "h200_identity_host_ahead": ([], ALL_ROWS - SYNCS)}
 
 
 @pytest.fixture(name="aa", scope="module", params=sorted(RUNS))
@@ -52,19 +60,22 @@ def test_the_recorded_rounds_reproduce_every_rows_decision(aa) -> None:
 
 
 def test_the_identity_is_neutral_where_the_bench_resolves(aa) -> None:
-    """Same kernels in both arms: the geomean interval holds 1.0, and the rows resolved to within 1 % are
-    exactly the four device-bound ones, all SAME. The launch-bound rows (about 2-3 ms a step) stay
-    AMBIGUOUS at the 15-round cap, shared host or not. On the shared host one of the two forward-only
-    controls came out SLOW: a false positive, about what 9 row decisions at 95 % each allow (the family of
-    rows is not corrected)."""
+    """Same kernels in both arms: the geomean interval holds 1.0, and every row resolved to within 1 % is
+    SAME. With the inline timer those are exactly the four device-bound rows; the launch-bound rows (about
+    2-3 ms a step) stay AMBIGUOUS at the 15-round cap, shared host or not, and on the shared host one of the
+    two forward-only controls came out SLOW: a false positive, about what 9 row decisions at 95 % each allow
+    (the family of rows is not corrected). With the host-ahead timer every row resolves but the one whose
+    call synchronises inside."""
     data, name = aa[0]["data"], aa[2]
+    false_slow, resolved = RUNS[name]
     g = data["geomean"]
     assert g["lower"] < 1.0 < g["upper"]
+    assert {r["key"] for r in data["rows"]} == ALL_ROWS
     tight = [r for r in data["rows"] if r["interval"][1] - r["interval"][0] < 0.01]
-    assert {r["key"] for r in tight} == DEVICE_BOUND and all(r["classification"] == stats.SAME for r in tight)
+    assert {r["key"] for r in tight} == resolved and all(r["classification"] == stats.SAME for r in tight)
     loose = [r for r in data["rows"] if r not in tight]
-    assert all(r["interval"][1] - r["interval"][0] > 0.1 for r in loose)
-    assert [r["key"] for r in loose if r["classification"] == stats.SLOW] == RUNS[name]
+    assert all(r["interval"][1] - r["interval"][0] > 0.05 for r in loose)
+    assert [r["key"] for r in loose if r["classification"] == stats.SLOW] == false_slow
     assert all(r["path"] in ("fallback", "control") for r in data["rows"])
 
 
@@ -75,7 +86,7 @@ def test_a_quiet_host_does_not_resolve_the_launch_bound_rows() -> None:
     25-83 % of the timed span, the rest is the host launching them, and a launch cost 11 or 20 us
     (kgate_noop samples) moves the span with it. Where the kernels fill the span, the row resolves."""
     width = {}
-    for name in RUNS:
+    for name in ("h200_identity", "h200_identity_quiet"):
         record = json.loads((DATA / "bench" / name / "record.json").read_text())
         width[name] = {r["key"]: r["interval"][1] - r["interval"][0] for r in record["data"]["rows"]}
     quiet = [json.loads(x) for x in (DATA / "bench" / "h200_identity_quiet" / "rounds.jsonl").read_text().splitlines()]
@@ -94,3 +105,47 @@ def test_a_quiet_host_does_not_resolve_the_launch_bound_rows() -> None:
         resolved = width["h200_identity_quiet"][f"{row}:fwdbwd"] < 0.01
         assert resolved == (share > 0.95), (row, share)
     assert min(profile["data"]["launch_cost"]["samples_us"]) < 0.6 * max(profile["data"]["launch_cost"]["samples_us"])
+
+
+def test_the_host_ahead_timer_times_the_device_where_the_inline_timer_timed_the_host() -> None:
+    """Same rows, same GPU model, the two timers: where the host was ahead in every held sample, the round
+    medians match the device kernels' time that profile_baseline measured (kernel sum; the span adds the
+    device's gaps between kernels: at most 10 %), where the inline spans of the launch-bound rows were up to
+    4x that and moved between rounds. The varlen row's host was never ahead (its call synchronises inside):
+    its spans keep host time, so they sit far above the kernel sum, and it is the one row left AMBIGUOUS."""
+    def load(name: str) -> tuple[dict, dict]:
+        record = json.loads((DATA / "bench" / name / "record.json").read_text())
+        return record["data"].get("timer"), {r["key"]: r for r in record["data"]["rows"]}
+
+    timer, held = load("h200_identity_host_ahead")
+    _, inline = load("h200_identity_quiet")
+    assert timer["setting"] == "host_ahead"
+    for key, row in held.items():
+        h = row["host_ahead"]
+        for arm in ("base", "cand"):
+            assert h[arm]["samples"] == 300
+            if key in SYNCS:
+                assert h[arm]["ahead"] == 0 and h[arm]["hold_ms"][1] == pytest.approx(100.0)
+            else:
+                assert h[arm]["ahead"] >= 299, (key, arm)
+    profile = json.loads((DATA / "records" / "h200_default_bench" / "profile_baseline.json").read_text())
+    for prow in profile["data"]["rows"]:
+        key = f"{prow['row']}:fwdbwd"
+        medians = held[key]["round_medians_ms"]["base"]
+        ratio = max(medians) / prow["kernel_sum_ms"]
+        before = max(inline[key]["round_medians_ms"]["base"]) / prow["kernel_sum_ms"]
+        if key in SYNCS:
+            assert ratio > 1.5 and held[key]["classification"] == stats.AMBIGUOUS
+        else:
+            assert 0.98 < min(medians) / prow["kernel_sum_ms"] and ratio < 1.10, (key, ratio)
+            assert before > 1.3 or key in DEVICE_BOUND, (key, before)
+    # the launch-bound rows: 40-fold narrower at least
+    for key in ALL_ROWS - DEVICE_BOUND - SYNCS:
+        w = {n: r[key]["interval"][1] - r[key]["interval"][0] for n, r in (("held", held), ("inline", inline))}
+        assert w["held"] * 40 < w["inline"], (key, w)
+    # the record names the row whose host was behind, as behind_note does today (same rows and counts)
+    record = json.loads((DATA / "bench" / "h200_identity_host_ahead" / "record.json").read_text())
+    (recorded,) = [r for r in record["reasons"] if r.startswith("host behind")]
+    (now,) = bench.behind_note(record["data"]["rows"])
+    assert recorded.split("): ")[1] == now.split("): ")[1] == \
+        "varlen_D128:fwdbwd base 300 of 300; varlen_D128:fwdbwd cand 300 of 300"

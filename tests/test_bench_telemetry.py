@@ -76,6 +76,11 @@ def test_the_exclusivity_gate_reads_every_round() -> None:
     assert g.status == "inconclusive" and "[3]" in g.value
     hidden = [{"foreign": [], "note": "no compute process listed, not even our workers: exclusivity unverified"}]
     assert "unverified" in exclusive_gate(clean, hidden, False, "e").value
+    # the same empty list before warm-up (no CUDA context yet), then rounds that list both workers: verified
+    seen = [{"index": i, "exclusive": measure.foreign_processes([{"pid": 7}, {"pid": 8}], {7, 8})} for i in range(3)]
+    before = [measure.foreign_processes([], {7, 8})]
+    assert "unverified" in before[0]["note"] and seen[0]["exclusive"]["ours_listed"]
+    assert exclusive_gate(seen, before, False, "e").value == "3 round(s) checked"
     assert exclusive_gate(clean, [], True, "e").status == "skip"
 
 

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from kgate.bench import TIMER_METHODS, behind_note, host_ahead_share
-from kgate.host_ahead import Hold, cycles_per_ms
+from kgate.host_ahead import GIVE_UP, Hold, cycles_per_ms
 
 
 def test_the_first_hold_covers_the_hosts_enqueue_time_within_its_floor_and_cap() -> None:
@@ -27,9 +27,21 @@ def test_the_first_hold_covers_the_hosts_enqueue_time_within_its_floor_and_cap()
 def test_a_sample_the_host_lost_doubles_the_next_hold_up_to_the_cap() -> None:
     h = Hold.first(1.0, cap_ms=10.0)
     assert h.after(True) == h
-    grown = [h := h.after(False) for _ in range(4)]
-    assert [g.ms for g in grown] == pytest.approx([3.0, 6.0, 10.0, 10.0])
-    assert grown[-1].after(True).ms == pytest.approx(10.0)
+    grown = [h := h.after(False) for _ in range(3)]
+    assert [g.ms for g in grown] == pytest.approx([3.0, 6.0, 10.0])
+    assert grown[-1].after(True).ms == pytest.approx(10.0) and grown[-1].after(True).behind == 0
+
+
+def test_a_hold_that_never_puts_the_host_ahead_is_dropped_and_stays_dropped() -> None:
+    h = Hold.first(1.0)
+    # behind, behind, ahead: the run of samples behind starts again
+    h = h.after(False).after(False).after(True)
+    assert h.on and h.behind == 0 and h.ms == pytest.approx(6.0)
+    for i in range(GIVE_UP):
+        assert h.on, i
+        h = h.after(False)
+    assert not h.on and h.ms == pytest.approx(1.5 * 2 ** (GIVE_UP + 2))
+    assert h.after(True) == h and h.after(False) == h
 
 
 def test_spin_cycles_follow_the_calibrated_rate() -> None:
@@ -52,14 +64,19 @@ def test_every_timer_setting_has_its_method_in_the_record() -> None:
 
 
 def test_the_record_counts_held_samples_per_arm_across_rounds() -> None:
-    def cell(ahead: int, n: int, lo: float, hi: float) -> dict:
-        return {"samples_ms": [1.0] * n, "ahead": ahead, "hold_ms": [lo, hi]}
+    def cell(ahead: int, n: int, holds: list[float], unheld: int = 0) -> dict:
+        return {"samples_ms": [1.0] * n, "ahead": ahead, "hold_ms": holds, "unheld": unheld}
 
-    cells = [{"base": cell(20, 20, 3.0, 3.0), "cand": cell(18, 20, 3.0, 6.0)},
-             {"base": cell(20, 20, 3.0, 3.0), "cand": cell(20, 20, 6.0, 6.0)}]
+    cells = [{"base": cell(20, 20, [3.0, 3.0]), "cand": cell(18, 20, [3.0, 6.0])},
+             {"base": cell(20, 20, [3.0, 3.0]), "cand": cell(20, 20, [6.0, 6.0])}]
     share = host_ahead_share(cells)
-    assert share == {"base": {"ahead": 40, "samples": 40, "hold_ms": [3.0, 3.0]},
-                     "cand": {"ahead": 38, "samples": 40, "hold_ms": [3.0, 6.0]}}
+    assert share == {"base": {"ahead": 40, "samples": 40, "unheld": 0, "hold_ms": [3.0, 3.0]},
+                     "cand": {"ahead": 38, "samples": 40, "unheld": 0, "hold_ms": [3.0, 6.0]}}
+    # a row whose hold was dropped in the first round: later rounds hold nothing
+    dropped = [{"base": cell(0, 20, [2.0, 16.0], unheld=16), "cand": cell(1, 20, [2.0, 32.0], unheld=12)},
+               {"base": cell(0, 20, [], unheld=20), "cand": cell(0, 20, [], unheld=20)}]
+    assert host_ahead_share(dropped) == {"base": {"ahead": 0, "samples": 40, "unheld": 36, "hold_ms": [2.0, 16.0]},
+                                         "cand": {"ahead": 1, "samples": 40, "unheld": 32, "hold_ms": [2.0, 32.0]}}
     # rounds timed without the hold (inline, CPU, or checkpoints from before the setting) count nothing
     assert host_ahead_share([{"base": {"samples_ms": [1.0]}, "cand": {"samples_ms": [1.0]}}]) is None
     assert host_ahead_share([]) is None
@@ -72,7 +89,11 @@ def test_the_report_names_the_timer_and_how_often_the_host_kept_ahead() -> None:
             {"host_ahead": None}]
     text = _timer({"setting": "host_ahead", "method": TIMER_METHODS["host_ahead"]}, rows)
     assert text.startswith("CUDA events around each call, after the L2 flush and a spin kernel")
-    assert text.endswith("host ahead in 77 of 80 samples")
+    assert text.endswith("host ahead in 77 of 80 held samples")
+    rows.append({"host_ahead": {a: {"ahead": 0, "samples": 40, "unheld": 36} for a in ("base", "cand")}})
+    text = _timer({"setting": "host_ahead", "method": TIMER_METHODS["host_ahead"]}, rows)
+    assert text.endswith("host ahead in 77 of 88 held samples; 72 samples timed without the hold "
+                         "(calls that synchronise inside)")
     assert _timer({"setting": "inline", "method": TIMER_METHODS["inline"]}, [{"host_ahead": None}]) == \
         TIMER_METHODS["inline"]
     assert "before the timer setting existed" in _timer(None, rows)
@@ -87,6 +108,15 @@ def test_rows_where_the_host_fell_behind_are_named_in_the_reasons() -> None:
     (line,) = behind_note(rows)
     assert line.endswith("b:fwdbwd cand 40 of 100") and "a:fwdbwd" not in line
     assert behind_note(rows[:1] + rows[2:]) == []
+    # dropped holds: named with their counts, and a row whose arms were timed differently says so; the few
+    # held samples of a dropped row (all behind) are behind too
+    both = {"ahead": 0, "samples": 100, "unheld": 96, "hold_ms": [3.0, 48.0]}
+    rows = [{"key": "v:fwdbwd", "host_ahead": {"base": both, "cand": both}},
+            {"key": "w:fwdbwd", "host_ahead": {"base": ok, "cand": both}}]
+    held, dropped = behind_note(rows)
+    assert "v:fwdbwd base 4 of 4" in held and "w:fwdbwd cand 4 of 4" in held and "w:fwdbwd base" not in held
+    assert "v:fwdbwd base 96, cand 96 of 100;" in dropped and "NOT timed alike" not in dropped.split(";")[0]
+    assert dropped.endswith("w:fwdbwd base 0, cand 96 of 100 (the arms were NOT timed alike)")
 
 
 class SimulatedGPU:
@@ -176,3 +206,31 @@ def test_a_host_that_falls_behind_is_counted_and_the_hold_grows(monkeypatch: pyt
     assert slow > 1.0 and all(x == pytest.approx(1.0) for i, x in enumerate(res["samples_ms"]) if i != 1)
     # the grown hold is kept for the row's next round
     assert wk.time("r", "fwdbwd", 2, hold=True)["hold_ms"] == pytest.approx([6.0, 6.0])
+
+
+class SyncingGPU(SimulatedGPU):
+    """NAMED FAKE: a call that synchronises inside: after half its kernels the host waits for the device."""
+
+    def call(self) -> None:
+        need = self.enqueue_ms[0]
+        for k in range(10):
+            if k == 5:
+                self.host = max(self.host, self.device)  # e.g. ``.item()`` on a device tensor
+            self.host += need / 10
+            self.device = max(self.device, self.host) + self.call_ms / 10
+
+
+def test_a_call_that_synchronises_inside_drops_its_hold_instead_of_spinning_at_the_cap(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    gpu = SyncingGPU(call_ms=1.0, enqueue_ms=[3.0])
+    wk = held_worker(gpu, monkeypatch)
+    res = wk.time("r", "fwdbwd", 20, hold=True)
+    # never ahead; GIVE_UP held samples with doubling holds, then none: no spin after that
+    assert res["ahead"] == 0 and res["unheld"] == 20 - GIVE_UP
+    first = res["hold_ms"][0]
+    assert first == pytest.approx(1.5 * 3.0, rel=0.1) and res["hold_ms"][1] == pytest.approx(first * 2 ** (GIVE_UP - 1))
+    spins = len(gpu.slept)
+    assert wk.time("r", "fwdbwd", 5, hold=True)["unheld"] == 5 and len(gpu.slept) == spins
+    # an unheld span is the call as the host drives it, as the inline timer sees it: host time included
+    inline = wk.time("r", "fwdbwd", 3)["samples_ms"]
+    assert res["samples_ms"][-1] == pytest.approx(inline[-1]) and inline[-1] > 2.5
