@@ -1,17 +1,20 @@
 """The ncu comparison and its gates: the real H200 baseline (intra + inter) against candidate kernels.
 
-The candidate side here is synthetic (no candidate has been profiled yet): the
-real inter kernel's row renamed to the fused kernel, with the numbers each
-test changes. The baseline side is the real export.
+Most tests use a synthetic candidate side: the real inter kernel's row renamed
+to the fused kernel, with the numbers each test changes (the baseline side is
+the real export). The last tests compare the real candidate: both arms of the
+H200 run of candidate f6b3512413ea (tests/data/ncu/h200_fused_f6b3512413ea/).
 """
 
 from __future__ import annotations
 
 import copy
+import csv
 import re
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import REPO
 
 from kgate import ncu_compare, ncu_parse
@@ -182,3 +185,135 @@ def test_one_failing_row_fails_the_gate_and_names_it(base) -> None:
     bad = ncu_compare.compare_row("bad_row", base, [fused(base, achieved_occupancy_pct=1.0)], RX, MM, EXPECTED)
     gate = ncu_compare.occupancy_gate([good, bad], 0.5, "e")
     assert gate.status == "fail" and gate.detail.startswith("bad_row (fail)") and "good_row:" in gate.value
+
+
+# The real candidate (H200, PROVENANCE.json): each arm's table as the stage builds it (full pass raw + details), the
+# regexes and temporaries from the campaign file, and the expected numbers read here from the CSV columns.
+
+REAL = REPO / "tests" / "data" / "ncu" / "h200_fused_f6b3512413ea"
+CAMPAIGN = yaml.safe_load((REPO / "config" / "campaigns" / "rwkv6-bwd-fusion.yaml").read_text())
+REAL_ROWS = {"B4_T2048_H16_D128": (4, 2048, 16, 128), "B8_T2048_H32_D256": (8, 2048, 32, 256)}
+_SCALE = {"us": 1e3, "ms": 1e6, "Mbyte": 1e6, "Gbyte": 1e9, "%": 1.0, "sector": 1.0, "register/thread": 1.0, "": 1.0}
+COLS = {"duration_ns": "gpu__time_duration.sum", "dram_read_bytes": "dram__bytes_read.sum",
+        "dram_write_bytes": "dram__bytes_write.sum", "registers": "launch__registers_per_thread",
+        "occupancy": "sm__warps_active.avg.pct_of_peak_sustained_active",
+        "local_ld": "l1tex__t_sectors_pipe_lsu_mem_local_op_ld.sum",
+        "local_st": "l1tex__t_sectors_pipe_lsu_mem_local_op_st.sum",
+        "l2_ld": "lts__t_sectors_srcunit_tex_op_read.sum", "l2_st": "lts__t_sectors_srcunit_tex_op_write.sum"}
+
+
+def real_rx() -> Regexes:
+    n, m = CAMPAIGN["ncu"]["kernels"], CAMPAIGN["measure"]["kernels"]
+    return Regexes(re.compile(n["baseline"]), re.compile(n["candidate"]), re.compile(m["removed"]),
+                   re.compile(m["replacement"]))
+
+
+def real_columns(path: Path) -> dict[str, dict[str, float]]:
+    """Kernel name -> COLS values in ns / bytes / plain units, straight from a ``--page raw`` export."""
+    with path.open() as fh:
+        units, *rows = list(csv.DictReader(fh))
+    return {r["Kernel Name"]: {k: float(r[c].replace(",", "")) * _SCALE[units[c]] for k, c in COLS.items()} for r in rows}
+
+
+@pytest.fixture(scope="module", name="real")
+def _real() -> dict[str, tuple[dict, dict, dict]]:
+    """Per row: the comparison, the gates by name, and the independently read columns per arm."""
+    th = CAMPAIGN["ncu"]["gates"]
+    thresholds = Thresholds(th["traffic_tolerance"], th["spill_ratio_max"], th["occupancy_min_ratio"], th["work_tolerance"])
+    out, comps = {}, []
+    for row, (b, t, h, d) in REAL_ROWS.items():
+        tables, cols = {}, {}
+        for arm in ("base", "cand"):
+            stem = REAL / f"{row}.{arm}.full"
+            launches = ncu_parse.merge(ncu_parse.read_raw(Path(f"{stem}.raw.csv")),
+                                       ncu_parse.read_details(Path(f"{stem}.details.csv")))
+            assert ncu_parse.capability(launches) == "9.0"
+            tables[arm] = ncu_parse.kernel_table(launches, MM)
+            cols[arm] = real_columns(Path(f"{stem}.raw.csv"))
+        temps = [(b * t * h * d * 4, x["accesses"]) for x in CAMPAIGN["measure"]["temporaries"]]
+        assert all(x["bytes"] == "B*T*H*D*4" for x in CAMPAIGN["measure"]["temporaries"])
+        comp = ncu_compare.compare_row(row, tables["base"], tables["cand"], real_rx(), MM,
+                                       ncu_compare.expected_traffic(temps))
+        comps.append(comp)
+        out[row] = (comp, cols)
+    gates = {g.name: g for g in ncu_compare.gates(comps, thresholds, [], "profile_candidate census", [], 16, "e")}
+    return {row: (comp, gates, cols) for row, (comp, cols) in out.items()}
+
+
+@pytest.mark.parametrize("row", list(REAL_ROWS))
+def test_the_real_candidate_replaces_two_launches_by_one_fused_kernel(real, row: str) -> None:
+    comp, gates, cols = real[row]
+    assert comp["baseline_kernels"] == [INTRA, INTER] and comp["candidate_kernels"] == [FUSED]
+    assert comp["replacement_kernels"] == [FUSED]
+    assert comp["baseline"]["launches"] == 2 and comp["candidate"]["launches"] == 1
+    assert comp["removed_launches"] == {"base": 1, "cand": 0}
+    assert gates["ncu_removed_launch"].status == "pass"
+    assert f"{row}: removed-kernel launches 1 -> 0; replacement: {FUSED}" in gates["ncu_removed_launch"].value
+    assert gates["ncu_profiled_every_launch"].status == "pass"
+
+
+@pytest.mark.parametrize("row", list(REAL_ROWS))
+def test_the_real_sides_are_the_sums_of_the_csv_columns(real, row: str) -> None:
+    """The baseline side adds intra and inter (registers: max, occupancy: min); the table's change and ratio
+    follow. The fused kernel moves less DRAM traffic than intra + inter, and takes longer."""
+    comp, _, cols = real[row]
+    base, cand = cols["base"], cols["cand"][FUSED]
+    b, c = comp["baseline"], comp["candidate"]
+    for key in ("duration_ns", "dram_read_bytes", "dram_write_bytes"):
+        assert b[key] == pytest.approx(base[INTRA][key] + base[INTER][key]) and c[key] == pytest.approx(cand[key])
+    assert b["registers_per_thread"] == max(base[INTRA]["registers"], base[INTER]["registers"]) == 255
+    assert c["registers_per_thread"] == cand["registers"] == 234
+    assert b["achieved_occupancy_pct"] == pytest.approx(min(base[INTRA]["occupancy"], base[INTER]["occupancy"]))
+    assert b["global_store_bytes"] == pytest.approx(32 * (base[INTRA]["l2_st"] + base[INTER]["l2_st"]))
+    assert c["global_load_bytes"] == pytest.approx(32 * cand["l2_ld"])
+    assert b["local_bytes"] == pytest.approx(32 * sum(base[k]["local_ld"] + base[k]["local_st"] for k in (INTRA, INTER)))
+    by = {m["metric"]: m for m in comp["metrics"]}
+    assert by["duration_ns"]["ratio"] == pytest.approx(c["duration_ns"] / b["duration_ns"])
+    assert by["dram_read_bytes"]["change"] == pytest.approx(c["dram_read_bytes"] - b["dram_read_bytes"])
+    # intra stores exactly the two FP32 temporaries (dq, dk), which the fused kernel no longer writes
+    assert base[INTRA]["l2_st"] * 32 == comp["expected_removed"]["store_bytes"]
+    dram = {arm: side["dram_read_bytes"] + side["dram_write_bytes"] for arm, side in (("base", b), ("cand", c))}
+    assert dram["cand"] < dram["base"]
+    assert c["duration_ns"] > b["duration_ns"]  # measured: the fused kernel is ~1.3x slower than intra + inter
+
+
+@pytest.mark.parametrize("row", list(REAL_ROWS))
+def test_the_real_gates_follow_from_the_parsed_numbers(real, row: str) -> None:
+    """Each rule's outcome recomputed from the CSV columns with the campaign's thresholds."""
+    comp, gates, cols = real[row]
+    th = CAMPAIGN["ncu"]["gates"]
+    base, cand = cols["base"], cols["cand"][FUSED]
+    exp = comp["expected_removed"]
+    store_drop = 32 * (base[INTRA]["l2_st"] + base[INTER]["l2_st"] - cand["l2_st"])
+    load_drop = 32 * (base[INTRA]["l2_ld"] + base[INTER]["l2_ld"] - cand["l2_ld"])
+    traffic_ok = (store_drop >= (1 - th["traffic_tolerance"]) * exp["store_bytes"]
+                  and load_drop >= (1 - th["traffic_tolerance"]) * exp["load_bytes"])
+    assert f"{row}: stores -{store_drop / 1e6:.1f} MB" in gates["ncu_fp32_traffic_removed"].value
+    dram_b = sum(base[k]["dram_read_bytes"] + base[k]["dram_write_bytes"] for k in (INTRA, INTER))
+    dram_c = cand["dram_read_bytes"] + cand["dram_write_bytes"]
+    assert f"DRAM read+write {dram_b / 1e6:.1f} MB -> {dram_c / 1e6:.1f} MB" in gates["ncu_fp32_traffic_removed"].value
+    local_b = 32 * sum(base[k]["local_ld"] + base[k]["local_st"] for k in (INTRA, INTER))
+    local_c = 32 * (cand["local_ld"] + cand["local_st"])
+    spill_ok = local_c <= th["spill_ratio_max"] * local_b
+    assert f"{row}: local {local_b / 1e6:.1f} MB -> {local_c / 1e6:.1f} MB" in gates["ncu_no_new_spills"].value
+    occ_b = min(base[INTRA]["occupancy"], base[INTER]["occupancy"])
+    occ_ok = cand["occupancy"] >= th["occupancy_min_ratio"] * occ_b
+    assert f"{row}: {occ_b:.1f} % -> {cand['occupancy']:.1f} %" in gates["ncu_occupancy_held"].value
+    # both rows agree, so each gate's status is this row's outcome
+    assert gates["ncu_fp32_traffic_removed"].status == ("pass" if traffic_ok else "fail")
+    assert gates["ncu_no_new_spills"].status == ("pass" if spill_ok else "fail")
+    assert gates["ncu_occupancy_held"].status == ("pass" if occ_ok else "fail")
+    # what the data says: the temporaries' traffic is gone, inter's spills are gone (0 local sectors), occupancy held
+    assert (traffic_ok, spill_ok, occ_ok) == (True, True, True) and local_c == 0 < local_b
+
+
+@pytest.mark.parametrize("row", list(REAL_ROWS))
+def test_the_real_tensor_work_is_kept_in_each_precision(real, row: str) -> None:
+    """The fused kernel runs inter's BF16 tensor operations exactly and intra's TF32 ones four times over
+    (more work is allowed, none in a new precision), so the work gate passes."""
+    comp, gates, _ = real[row]
+    tb, tc = comp["tensor_ops"]["base"], comp["tensor_ops"]["cand"]
+    assert {k for k, v in tb.items() if v} == {k for k, v in tc.items() if v} == {"bf16_dst_fp32", "tf32_dst_fp32"}
+    assert tc["bf16_dst_fp32"] == tb["bf16_dst_fp32"] and tc["tf32_dst_fp32"] == 4 * tb["tf32_dst_fp32"]
+    assert gates["ncu_same_tensor_work"].status == "pass"
+    assert f"tf32_dst_fp32 {tb['tf32_dst_fp32']:.4g} -> {tc['tf32_dst_fp32']:.4g}" in gates["ncu_same_tensor_work"].value

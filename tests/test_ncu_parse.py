@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import re
 from pathlib import Path
 
 import pytest
@@ -162,3 +164,120 @@ def test_exports_of_two_architectures_do_not_mix() -> None:
     other = [ncu_parse.Launch(kernel=la.kernel, index=la.index, cc="10.3", grid=la.grid, block=la.block) for la in raw]
     with pytest.raises(IncompleteData, match="10.3, 9.0"):
         ncu_parse.capability(raw + other)
+
+
+# The candidate's real H200 exports (tests/data/ncu/h200_fused_f6b3512413ea/, PROVENANCE.json): the fused kernel
+# and, from the same run, the baseline's intra + inter, for two rows. The expected numbers are read from the CSV
+# columns here with the csv module, independently of the parser.
+
+FUSED_DATA = DATA / "h200_fused_f6b3512413ea"
+FUSED_ROWS = ("B4_T2048_H16_D128", "B8_T2048_H32_D256")
+FUSED = "chunk_rwkv6_bwd_kernel_fused"
+CAMPAIGN = yaml.safe_load((REPO / "config" / "campaigns" / "rwkv6-bwd-fusion.yaml").read_text())
+_SCALE = {"ns": 1.0, "us": 1e3, "ms": 1e6, "byte": 1.0, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "%": 1.0,
+          "sector": 1.0, "register/thread": 1.0, "request": 1.0, "": 1.0}
+
+
+def csv_columns(path: Path, *names: str) -> dict[str, dict[str, float]]:
+    """Kernel name -> {column: value in ns / bytes / plain units}, straight from a ``--page raw`` export."""
+    with path.open() as fh:
+        units, *rows = list(csv.DictReader(fh))
+    return {r["Kernel Name"]: {n: float(r[n].replace(",", "")) * _SCALE[units[n]] for n in names} for r in rows}
+
+
+RAW_COLS = ("gpu__time_duration.sum", "dram__bytes_read.sum", "dram__bytes_write.sum", "launch__registers_per_thread",
+            "sm__warps_active.avg.pct_of_peak_sustained_active", "l1tex__t_sectors_pipe_lsu_mem_local_op_ld.sum",
+            "l1tex__t_sectors_pipe_lsu_mem_local_op_st.sum")
+
+
+@pytest.mark.parametrize("row", FUSED_ROWS)
+def test_the_candidates_full_export_gives_the_fused_kernel_with_every_column(row: str) -> None:
+    """The fused kernel, read from the candidate's full pass: the campaign's replacement, one launch, durations,
+    registers, spills and DRAM bytes as the CSV's own columns say, nothing unavailable."""
+    stem = FUSED_DATA / f"{row}.cand.full"
+    t = table(ncu_parse.read_raw(Path(f"{stem}.raw.csv")), ncu_parse.read_details(Path(f"{stem}.details.csv")))
+    assert list(t) == [FUSED]
+    k = t[FUSED]
+    kernels = CAMPAIGN["measure"]["kernels"]
+    assert re.search(kernels["replacement"], k["kernel"]) and re.search(CAMPAIGN["ncu"]["kernels"]["candidate"], k["kernel"])
+    assert not re.search(kernels["removed"], k["kernel"]) and not re.search(kernels["replaced"], k["kernel"])
+    want = csv_columns(Path(f"{stem}.raw.csv"), *RAW_COLS)[FUSED]
+    assert k["launches"] == 1 and k["unavailable"] == {}
+    assert k["duration_ns"] > 0 and k["duration_ns"] == pytest.approx(want["gpu__time_duration.sum"])
+    assert k["registers_per_thread"] == want["launch__registers_per_thread"] <= 255
+    assert k["achieved_occupancy_pct"] == pytest.approx(want["sm__warps_active.avg.pct_of_peak_sustained_active"])
+    assert k["local_load_sectors"] == want["l1tex__t_sectors_pipe_lsu_mem_local_op_ld.sum"]
+    assert k["local_store_sectors"] == want["l1tex__t_sectors_pipe_lsu_mem_local_op_st.sum"]
+    for col, metric in (("dram_read_bytes", "dram__bytes_read.sum"), ("dram_write_bytes", "dram__bytes_write.sum")):
+        assert k[col] != ncu_parse.UNAVAILABLE and k[col] == pytest.approx(want[metric]) and k[col] > 0
+    # the fused kernel does not spill (234 registers), where the baseline's inter does (255)
+    assert (k["local_load_sectors"], k["local_store_sectors"], k["spill_requests"]) == (0, 0, 0)
+    assert k["registers_per_thread"] == 234
+    # the details page alone says the same, to its fewer digits (Duration: "1.16" "ms")
+    details = ncu_parse.read_details(Path(f"{stem}.details.csv"))
+    d = table(details)[FUSED]
+    text, unit = details[0].details["GPU Speed Of Light Throughput/Duration"]
+    assert d["duration_ns"] == pytest.approx(float(text) * _SCALE[unit])
+    assert d["duration_ns"] == pytest.approx(k["duration_ns"], rel=5e-3)
+    assert d["registers_per_thread"] == k["registers_per_thread"] and d["spill_requests"] == 0
+    assert d["achieved_occupancy_pct"] == pytest.approx(k["achieved_occupancy_pct"], abs=0.01)
+
+
+@pytest.mark.parametrize("row", FUSED_ROWS)
+def test_the_base_arm_of_the_candidate_run_has_intra_and_inter_with_inters_spills(row: str) -> None:
+    stem = FUSED_DATA / f"{row}.base.full"
+    t = table(ncu_parse.read_raw(Path(f"{stem}.raw.csv")), ncu_parse.read_details(Path(f"{stem}.details.csv")))
+    assert list(t) == [INTRA, INTER]
+    want = csv_columns(Path(f"{stem}.raw.csv"), *RAW_COLS)
+    for name in (INTRA, INTER):
+        assert t[name]["duration_ns"] == pytest.approx(want[name]["gpu__time_duration.sum"])
+        assert t[name]["dram_read_bytes"] == pytest.approx(want[name]["dram__bytes_read.sum"])
+        assert t[name]["local_load_sectors"] == want[name]["l1tex__t_sectors_pipe_lsu_mem_local_op_ld.sum"]
+        assert t[name]["unavailable"] == {}
+    assert (t[INTRA]["registers_per_thread"], t[INTER]["registers_per_thread"]) == (128, 255)
+    assert t[INTRA]["local_load_sectors"] == 0 and t[INTER]["local_load_sectors"] > 0 and t[INTER]["spill_requests"] > 0
+
+
+def stated_excessive(launch: ncu_parse.Launch) -> float | None:
+    """The excessive global sectors the UncoalescedGlobalAccess rule states in its words, if it fired."""
+    for r in launch.rules:
+        if r["rule"] == "UncoalescedGlobalAccess":
+            m = re.search(r"a total of (\d+) excessive sectors", r["description"])
+            assert m, r["description"]
+            return float(m.group(1))
+    return None
+
+
+@pytest.mark.parametrize("row", FUSED_ROWS)
+@pytest.mark.parametrize("arm", ["base", "cand"])
+def test_the_source_pass_details_and_raw_parse(row: str, arm: str) -> None:
+    """The source pass (SourceCounters): branch efficiency from its details page. Its raw page labels
+    derived__memory_l2_theoretical_sectors_global_excessive 'Mbyte' (the full pass: 'sector'), so from it alone the
+    column is unavailable with the unit as reason; in millions it is the count the rule states in words."""
+    names = [FUSED] if arm == "cand" else [INTRA, INTER]
+    stem = FUSED_DATA / f"{row}.{arm}.source"
+    details = ncu_parse.read_details(Path(f"{stem}.details.csv"))
+    raw = ncu_parse.read_raw(Path(f"{stem}.raw.csv"))
+    assert [la.kernel for la in details] == [la.kernel for la in raw] == names
+    assert ncu_parse.capability(raw + details) == "9.0"
+    t = table(raw, details)
+    for la, la_raw in zip(details, raw, strict=True):
+        k = t[la.kernel]
+        value, unit = la.details["Source Counters/Branch Efficiency"]
+        assert unit == "%" and k["branch_efficiency_pct"] == pytest.approx(float(value)) and 0 < float(value) <= 100
+        text, unit = la_raw.raw["derived__memory_l2_theoretical_sectors_global_excessive"]
+        assert unit == "Mbyte" and k["uncoalesced_global_excessive_sectors"] == ncu_parse.UNAVAILABLE
+        assert "'Mbyte'" in k["unavailable"]["uncoalesced_global_excessive_sectors"]
+        assert float(text) * 1e6 == pytest.approx(stated_excessive(la))
+    if arm == "cand":
+        assert "UncoalescedGlobalAccess" in {r["rule"] for r in t[FUSED]["rules"]}
+    # the full pass's raw page (first, as the stage merges them) fills the column in sectors; with the source
+    # pass's details merged in, nothing is unavailable
+    full = FUSED_DATA / f"{row}.{arm}.full"
+    full_details = ncu_parse.read_details(Path(f"{full}.details.csv"))
+    merged = table(ncu_parse.read_raw(Path(f"{full}.raw.csv")), full_details, raw, details)
+    for la in full_details:
+        k = merged[la.kernel]
+        assert k["unavailable"] == {}
+        assert k["branch_efficiency_pct"] == pytest.approx(float(la.details["Source Counters/Branch Efficiency"][0]))
+        assert k["uncoalesced_global_excessive_sectors"] == stated_excessive(la)
