@@ -6,7 +6,10 @@ the metric map's combine rules); the candidate side is the candidate arm's
 kernels matching ``ncu.kernels.baseline`` or ``ncu.kernels.candidate`` (so a
 kernel kept under its old name still counts). Traffic is what the SMs ask L2
 for (``l2_load_sectors``/``l2_store_sectors`` x sector bytes), so a temporary
-that L2 happens to hold still counts as traffic. The gates, one row each with
+that L2 happens to hold still counts as traffic, less its local-memory (spill)
+part (``with_derived``): on the flagship rows fla's inter kernel spills about
+as many bytes as the temporaries hold, and a candidate that only stopped
+spilling must not pass for one that removed them. The gates, one row each with
 every profiled row's numbers:
 
 * ``ncu_removed_launch``: the baseline launches a kernel matching
@@ -73,13 +76,36 @@ def _mb(x: float) -> str:
     return f"{x / 1e6:.1f} MB"
 
 
+#: byte columns made from sector counts, in the comparison table after the metric map's own columns
+DERIVED = ("global_load_bytes", "global_store_bytes", "l2_load_bytes", "l2_store_bytes", "local_bytes")
+
+
 def with_derived(side: dict[str, Any], mm: MetricMap) -> dict[str, Any]:
-    """Add byte columns made from sector counts: global_load_bytes, global_store_bytes, local_bytes."""
+    """Add the DERIVED byte columns (sectors x ``mm.sector_bytes``).
+
+    ``l2_load_bytes``/``l2_store_bytes``: everything the SMs ask L2 for, spills included.
+    ``global_load_bytes``/``global_store_bytes``: the same less the local-memory (spill) part, so
+    that a kernel that stops spilling does not pass for one that stopped writing its temporaries:
+    stores less every local store sector (L1 writes through: on an H200 export the L2 store
+    sectors equal global plus local store sectors at L1 exactly), loads less the local load
+    sectors that missed L1 (zero when the kernel has no local loads). ``local_bytes``: local
+    loads and stores at L1 (the spill gate's column)."""
     out = dict(side)
-    for key, parts in (("global_load_bytes", ("l2_load_sectors",)), ("global_store_bytes", ("l2_store_sectors",)),
-                       ("local_bytes", ("local_load_sectors", "local_store_sectors"))):
-        values = [_num(side.get(p)) for p in parts]
-        out[key] = UNAVAILABLE if any(v is None for v in values) else sum(values) * mm.sector_bytes  # type: ignore[misc]
+    n = {k: _num(side.get(k)) for k in ("l2_load_sectors", "l2_store_sectors", "local_load_sectors",
+                                         "local_store_sectors", "local_load_miss_sectors")}
+    if n["local_load_miss_sectors"] is None and n["local_load_sectors"] == 0:
+        n["local_load_miss_sectors"] = 0.0
+
+    def sectors(*terms: tuple[int, str]) -> Any:
+        vals = [n[k] for _, k in terms]
+        return UNAVAILABLE if any(v is None for v in vals) else \
+            sum(sign * v for (sign, _), v in zip(terms, vals)) * mm.sector_bytes  # type: ignore[operator]
+
+    out["l2_load_bytes"] = sectors((1, "l2_load_sectors"))
+    out["l2_store_bytes"] = sectors((1, "l2_store_sectors"))
+    out["global_load_bytes"] = sectors((1, "l2_load_sectors"), (-1, "local_load_miss_sectors"))
+    out["global_store_bytes"] = sectors((1, "l2_store_sectors"), (-1, "local_store_sectors"))
+    out["local_bytes"] = sectors((1, "local_load_sectors"), (1, "local_store_sectors"))
     return out
 
 
@@ -91,7 +117,7 @@ def compare_row(row: str, base: list[dict[str, Any]], cand: list[dict[str, Any]]
     b = with_derived(_combined(base_side, mm), mm)
     c = with_derived(_combined(cand_side, mm), mm)
     metrics = []
-    for key in [*mm.metrics, "global_load_bytes", "global_store_bytes", "local_bytes"]:
+    for key in [*mm.metrics, *DERIVED]:
         vb, vc = _num(b.get(key)), _num(c.get(key))
         metrics.append({"metric": key, "baseline": b.get(key, UNAVAILABLE), "candidate": c.get(key, UNAVAILABLE),
                         "change": vc - vb if vb is not None and vc is not None else UNAVAILABLE,
@@ -154,8 +180,8 @@ def removed_launch_gate(rows: list[dict[str, Any]], evidence: str) -> Gate:
 
 
 def traffic_gate(rows: list[dict[str, Any]], tol: float, evidence: str) -> Gate:
-    threshold = (f"L2 stores drop >= {1 - tol:.2f} x the temporaries' bytes and L2 loads >= {1 - tol:.2f} x their "
-                 "read-back bytes (baseline side - candidate side)")
+    threshold = (f"global-memory L2 stores drop >= {1 - tol:.2f} x the temporaries' bytes and loads >= {1 - tol:.2f} "
+                 "x their read-back bytes (baseline side - candidate side; spill traffic not counted)")
     out = []
     for r in rows:
         exp = r["expected_removed"]

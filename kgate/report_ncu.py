@@ -19,7 +19,8 @@ from kgate.report import Links, clean, format_number
 
 UNAVAILABLE = "unavailable"
 # the comparison's rows in the order a reader checks the hypothesis
-ORDER = ("duration_ns", "global_load_bytes", "global_store_bytes", "dram_read_bytes", "dram_write_bytes",
+ORDER = ("duration_ns", "global_load_bytes", "global_store_bytes", "l2_load_bytes", "l2_store_bytes",
+         "dram_read_bytes", "dram_write_bytes",
          "dram_throughput_bytes_per_s", "dram_throughput_pct", "l2_sectors", "l2_hit_rate_pct", "sm_throughput_pct",
          "memory_throughput_pct", "tensor_pipe_pct", "achieved_occupancy_pct", "theoretical_occupancy_pct",
          "registers_per_thread", "local_bytes", "spill_requests", "warps_active_per_scheduler",

@@ -72,7 +72,9 @@ def test_the_comparison_sums_the_baseline_kernels_against_the_candidates(base) -
     assert b["duration_ns"] == pytest.approx(540224 + 345600) and b["launches"] == 2
     assert b["dram_read_bytes"] == pytest.approx(222_723_584 + 683_147_520)
     assert b["registers_per_thread"] == 255 and b["achieved_occupancy_pct"] == pytest.approx(12.225619)
-    assert b["global_store_bytes"] == pytest.approx((4_194_304 + 8_749_056) * 32)
+    # L2 stores of intra and inter, less inter's spill stores (3,473,272 local store sectors)
+    assert b["l2_store_bytes"] == pytest.approx((4_194_304 + 8_749_056) * 32)
+    assert b["global_store_bytes"] == pytest.approx((4_194_304 + 8_749_056 - 3_473_272) * 32)
     assert b["local_bytes"] == pytest.approx((3_470_904 + 3_473_272) * 32)
     by = {m["metric"]: m for m in comp["metrics"]}
     assert by["global_store_bytes"]["change"] == pytest.approx(-TEMP * 2)
@@ -180,6 +182,21 @@ def test_hidden_kernels_and_capped_profiles(base) -> None:
     assert "B4_T2048_H16_D128/cand/full" in g["ncu_profiled_every_launch"].detail
 
 
+def test_a_candidate_that_only_stops_spilling_does_not_pass_for_removing_the_temporaries(base) -> None:
+    """Its L2 stores drop by the baseline's spill stores (111 MB here), but it still writes dq and dk: the
+    global-memory stores do not drop, so the traffic gate fails; the L2 column shows the raw drop."""
+    intra, inter = (next(k for k in base if k["kernel"] == n) for n in (INTRA, INTER))
+    quiet = fused(base, l2_store_sectors=intra["l2_store_sectors"] + inter["l2_store_sectors"]
+                  - inter["local_store_sectors"], local_store_sectors=0.0, local_load_sectors=0.0,
+                  local_load_miss_sectors=0.0)
+    comp = ncu_compare.compare_row("B4_T2048_H16_D128", base, [quiet], RX, MM, EXPECTED)
+    by = {m["metric"]: m for m in comp["metrics"]}
+    assert by["l2_store_bytes"]["change"] == pytest.approx(-inter["local_store_sectors"] * 32)
+    assert by["global_store_bytes"]["change"] == pytest.approx(0.0)
+    g = run_gates(base, [quiet])["ncu_fp32_traffic_removed"]
+    assert g.status == "fail" and "stores -0.0 MB" in g.value
+
+
 def test_one_failing_row_fails_the_gate_and_names_it(base) -> None:
     good = ncu_compare.compare_row("good_row", base, [fused(base)], RX, MM, EXPECTED)
     bad = ncu_compare.compare_row("bad_row", base, [fused(base, achieved_occupancy_pct=1.0)], RX, MM, EXPECTED)
@@ -199,7 +216,9 @@ COLS = {"duration_ns": "gpu__time_duration.sum", "dram_read_bytes": "dram__bytes
         "occupancy": "sm__warps_active.avg.pct_of_peak_sustained_active",
         "local_ld": "l1tex__t_sectors_pipe_lsu_mem_local_op_ld.sum",
         "local_st": "l1tex__t_sectors_pipe_lsu_mem_local_op_st.sum",
-        "l2_ld": "lts__t_sectors_srcunit_tex_op_read.sum", "l2_st": "lts__t_sectors_srcunit_tex_op_write.sum"}
+        "l2_ld": "lts__t_sectors_srcunit_tex_op_read.sum", "l2_st": "lts__t_sectors_srcunit_tex_op_write.sum",
+        "local_ld_miss": "l1tex__t_sectors_pipe_lsu_mem_local_op_ld_lookup_miss.sum",
+        "global_st_l1": "l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum"}
 
 
 def real_rx() -> Regexes:
@@ -264,8 +283,15 @@ def test_the_real_sides_are_the_sums_of_the_csv_columns(real, row: str) -> None:
     assert b["registers_per_thread"] == max(base[INTRA]["registers"], base[INTER]["registers"]) == 255
     assert c["registers_per_thread"] == cand["registers"] == 234
     assert b["achieved_occupancy_pct"] == pytest.approx(min(base[INTRA]["occupancy"], base[INTER]["occupancy"]))
-    assert b["global_store_bytes"] == pytest.approx(32 * (base[INTRA]["l2_st"] + base[INTER]["l2_st"]))
-    assert c["global_load_bytes"] == pytest.approx(32 * cand["l2_ld"])
+    assert b["l2_store_bytes"] == pytest.approx(32 * (base[INTRA]["l2_st"] + base[INTER]["l2_st"]))
+    assert b["global_store_bytes"] == pytest.approx(32 * sum(base[k]["l2_st"] - base[k]["local_st"] for k in (INTRA, INTER)))
+    # L1 writes through: the L2 store sectors are the global plus the local store sectors at L1 (to 0.2 %), so
+    # L2 stores less local stores are the global stores
+    for k, v in [*base.items(), (FUSED, cand)]:
+        assert v["l2_st"] == pytest.approx(v["global_st_l1"] + v["local_st"], rel=2e-3), k
+    assert c["global_load_bytes"] == pytest.approx(32 * (cand["l2_ld"] - cand["local_ld_miss"]))
+    assert b["global_load_bytes"] == pytest.approx(32 * sum(base[k]["l2_ld"] - base[k]["local_ld_miss"]
+                                                            for k in (INTRA, INTER)))
     assert b["local_bytes"] == pytest.approx(32 * sum(base[k]["local_ld"] + base[k]["local_st"] for k in (INTRA, INTER)))
     by = {m["metric"]: m for m in comp["metrics"]}
     assert by["duration_ns"]["ratio"] == pytest.approx(c["duration_ns"] / b["duration_ns"])
@@ -284,8 +310,17 @@ def test_the_real_gates_follow_from_the_parsed_numbers(real, row: str) -> None:
     th = CAMPAIGN["ncu"]["gates"]
     base, cand = cols["base"], cols["cand"][FUSED]
     exp = comp["expected_removed"]
-    store_drop = 32 * (base[INTRA]["l2_st"] + base[INTER]["l2_st"] - cand["l2_st"])
-    load_drop = 32 * (base[INTRA]["l2_ld"] + base[INTER]["l2_ld"] - cand["l2_ld"])
+    # global memory only: inter's spill traffic (which the fused kernel also dropped) does not count
+    store_drop = 32 * (sum(base[k]["l2_st"] - base[k]["local_st"] for k in (INTRA, INTER))
+                       - (cand["l2_st"] - cand["local_st"]))
+    assert store_drop == pytest.approx(32 * (sum(base[k]["global_st_l1"] for k in (INTRA, INTER))
+                                             - cand["global_st_l1"]), rel=1e-2)
+    load_drop = 32 * (sum(base[k]["l2_ld"] - base[k]["local_ld_miss"] for k in (INTRA, INTER))
+                      - (cand["l2_ld"] - cand["local_ld_miss"]))
+    l2_store_drop = 32 * (base[INTRA]["l2_st"] + base[INTER]["l2_st"] - cand["l2_st"])
+    assert l2_store_drop - store_drop == pytest.approx(32 * base[INTER]["local_st"]) and base[INTER]["local_st"] > 0
+    # ... and the global stores alone still drop by more than the temporaries' bytes
+    assert store_drop > exp["store_bytes"]
     traffic_ok = (store_drop >= (1 - th["traffic_tolerance"]) * exp["store_bytes"]
                   and load_drop >= (1 - th["traffic_tolerance"]) * exp["load_bytes"])
     assert f"{row}: stores -{store_drop / 1e6:.1f} MB" in gates["ncu_fp32_traffic_removed"].value
