@@ -20,6 +20,16 @@ command of every process is recorded. The ``.ncu-rep`` reports stay under
 :mod:`kgate.ncu_parse` into a tidy table per arm and kernel; :mod:`kgate.ncu_compare`
 makes the comparison and the gates.
 
+Resume: a pass that measured leaves ``<arm>.<pass>.pass.json`` beside its
+exports, holding what the record keeps of it and a key: sha256 over the ncu
+command line, the request (worker settings, row, mode, warm-up calls), the
+arm's commit, the ncu version and the GPU's UUID. A later run of the stage
+(an interrupted one, or the next machine with the results restored) keeps a
+pass whose key matches and whose CSV exports exist instead of profiling it
+again, and says so (``resumed`` per pass, ``passes_resumed`` in the record);
+any difference in those parts profiles it afresh. The ``.ncu-rep`` need not
+survive: the stage reads the CSV exports.
+
 Where ncu is missing, cannot read the counters (``ERR_NVGPUCTRPERM``; counters
 restricted to admins) or there is no GPU (CPU), the record is ``unavailable``
 with the reason and the commands that would have run: never GO.
@@ -27,6 +37,7 @@ with the reason and the commands that would have run: never GO.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -162,18 +173,48 @@ def planned(spec: MeasureSpec, nspec: NcuSpec, exe: str, out_dir: Path) -> dict[
 # running one pass
 
 
+PASS_SCHEMA = "kgate.ncu-pass/1"
+
+
+def pass_key(cmd: list[str], request: dict[str, Any], identity: dict[str, Any]) -> str:
+    """What a kept pass must share with this one (module docstring: Resume)."""
+    blob = json.dumps({"schema": PASS_SCHEMA, "command": cmd, "request": request, **identity}, sort_keys=True,
+                      default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def kept_pass(stem: Path, key: str) -> dict[str, Any] | None:
+    """An earlier run's pass with this key whose exports still exist, marked resumed; else None."""
+    saved = Path(f"{stem}.pass.json")
+    if not saved.exists():
+        return None
+    old = json.loads(saved.read_text())
+    run_ = old.get("run") or {}
+    if old.get("schema") != PASS_SCHEMA or old.get("key") != key or not run_.get("exports"):
+        return None
+    if not all(Path(e["path"]).exists() for e in run_["exports"].values()):
+        return None
+    return {**run_, "resumed": True}
+
+
 def run_pass(ctx: Context, spec: MeasureSpec, nspec: NcuSpec, exe: str, p: Pass, arm: str, worktree: Path,
-             row: Row, deadline: measure.Deadline, telemetry: measure.Telemetry) -> dict[str, Any]:
+             row: Row, deadline: measure.Deadline, telemetry: measure.Telemetry,
+             identity: dict[str, Any] | None = None) -> dict[str, Any]:
     """One ncu process: profile, export the report to CSV, and return what happened (paths, result, launches,
-    the GPU's clocks and compute processes just before and its clocks just after)."""
+    the GPU's clocks and compute processes just before and its clocks just after). With ``identity`` (the
+    arm's commit, ncu's version, the GPU) a pass an earlier run measured with the same key is kept."""
     cache = paths.triton_cache(ctx.campaign.name, ctx.gpu, f"bench-{arm}")
     stem = (ctx.out_dir / row.name / f"{arm}.{p.name}").resolve()
     stem.parent.mkdir(parents=True, exist_ok=True)
-    for suffix in (".ncu-rep", ".result.json", ".ncu.log", ".raw.csv", ".details.csv"):
-        Path(f"{stem}{suffix}").unlink(missing_ok=True)
     request = {"init": spec.worker_init(), "row": row.values, "mode": nspec.mode, "warm_calls": nspec.warm_calls}
-    Path(f"{stem}.request.json").write_text(json.dumps(request, indent=1) + "\n")
     cmd = command(exe, p, nspec, nspec.kernel_filter(spec.removed), stem, arm)
+    key = pass_key(cmd, request, identity) if identity is not None else None
+    if key is not None and (kept := kept_pass(stem, key)) is not None:
+        measure.progress(f"{row.name}: ncu pass {p.name} on arm {arm} kept from an earlier run (same key)")
+        return kept
+    for suffix in (".ncu-rep", ".result.json", ".ncu.log", ".raw.csv", ".details.csv", ".pass.json"):
+        Path(f"{stem}{suffix}").unlink(missing_ok=True)
+    Path(f"{stem}.request.json").write_text(json.dumps(request, indent=1) + "\n")
     log = Path(f"{stem}.log")
     measure.progress(f"{row.name}: ncu pass {p.name} on arm {arm}")
     before = {"clocks": telemetry.sample(), "compute_apps": telemetry.compute_apps()}
@@ -209,6 +250,10 @@ def run_pass(ctx: Context, spec: MeasureSpec, nspec: NcuSpec, exe: str, p: Pass,
             out["exports"][page] = {"path": _rel(target), "command": ecmd}
         out["launches"] = len(ncu_parse.read_raw(Path(f"{stem}.raw.csv")))
     out["capped"] = out["launches"] >= nspec.launch_count
+    out["resumed"] = False
+    if key is not None and rc == 0 and result is not None and result.get("ok") and out["exports"]:
+        Path(f"{stem}.pass.json").write_text(json.dumps({"schema": PASS_SCHEMA, "key": key, "run": out}, indent=1)
+                                             + "\n")
     return out
 
 
@@ -335,6 +380,7 @@ def run(ctx: Context) -> StageResult:
         return maps.setdefault(cc, ncu_parse.load_map(cc))
 
     ncu_info = {"path": exe, "version": version}
+    shas = {"base": fx["data"]["bench_base"], "cand": build["data"]["candidate_sha"]}
     measured: list[dict[str, Any]] = []
     devices: dict[str, Any] = {}
     for i, row in enumerate(rows):
@@ -342,7 +388,8 @@ def run(ctx: Context) -> StageResult:
         for arm in (("base", "cand") if i % 2 == 0 else ("cand", "base")):
             entry["passes"][arm] = {}
             for p in nspec.passes:
-                run_ = run_pass(ctx, spec, nspec, exe, p, arm, worktrees[arm], row, deadline, telemetry)
+                run_ = run_pass(ctx, spec, nspec, exe, p, arm, worktrees[arm], row, deadline, telemetry,
+                                identity={"commit": shas[arm], "ncu": version, "device": ctx.device.get("uuid")})
                 entry["passes"][arm][p.name] = run_
                 so_far = {**base_data, "ncu": ncu_info, "rows": [*measured, entry]}
                 if run_["blocked"]:
@@ -373,6 +420,8 @@ def run(ctx: Context) -> StageResult:
             "bench_base": fx["data"]["bench_base"], "thresholds": asdict(nspec.thresholds),
             "metric_map": {"file": str(ncu_parse.METRIC_MAP.relative_to(ncu_parse.METRIC_MAP.parents[2])),
                            "sha256": mm.sha256, "architecture": mm.architecture, "verified": mm.verified},
-            "census": {"hidden": hidden, "source": source}, "rows": measured}
+            "census": {"hidden": hidden, "source": source}, "rows": measured,
+            "passes_resumed": sum(bool(r.get("resumed")) for e in measured for ps in e["passes"].values()
+                                  for r in ps.values())}
     return StageResult(gates=gates, data=data)
 

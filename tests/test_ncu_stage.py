@@ -52,6 +52,9 @@ if "--import" in args:
 stem, log = args[args.index("--export") + 1], args[args.index("--log-file") + 1]
 with open(os.environ["FAKE_NCU_CALLS"], "a") as fh:
     fh.write(json.dumps({"argv": args, "cwd": os.getcwd()}) + "\\n")
+if int(os.environ.get("FAKE_NCU_DIE_AFTER", "0") or 0) and \\
+        len(Path(os.environ["FAKE_NCU_CALLS"]).read_text().splitlines()) > int(os.environ["FAKE_NCU_DIE_AFTER"]):
+    sys.exit(137)  # killed mid-profile: no report, no result
 if os.environ.get("FAKE_NCU_MODE") == "blocked":
     Path(log).write_text("==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU "
                          "Performance Counters on the target device 0.\\n")
@@ -264,6 +267,32 @@ def test_the_stage_profiles_parses_and_compares_an_aa_run(standin) -> None:
     assert kernels["chunk_rwkv6_bwd_kernel_inter"]["branch_efficiency_pct"] == pytest.approx(88.89)
     assert row["comparison"]["removed_launches"] == {"base": 1, "cand": 1}
     json.dumps(data)
+
+
+def test_an_interrupted_stage_keeps_the_passes_it_measured(standin, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stand-in dies at its 6th profile (a job cut off): an error, five passes kept on disk. The next run
+    profiles only the seven left and records five passes as resumed; a different candidate commit (or ncu,
+    or GPU) profiles everything afresh."""
+    tmp, _ = standin
+    calls = tmp / "calls.jsonl"
+    monkeypatch.setenv("FAKE_NCU_DIE_AFTER", "5")
+    with pytest.raises(KgateError, match="without a result"):
+        ncu.run(context())
+    assert len(calls.read_text().splitlines()) == 6
+    monkeypatch.delenv("FAKE_NCU_DIE_AFTER")
+    result = ncu.run(context())
+    assert len(calls.read_text().splitlines()) == 6 + 7
+    assert result.data["passes_resumed"] == 5 and result.gates[0].value == "12 profiles"
+    kept = [r for e in result.data["rows"] for ps in e["passes"].values() for r in ps.values() if r["resumed"]]
+    assert len(kept) == 5 and all(Path(r["exports"]["raw"]["path"]).exists() for r in kept)
+    again = ncu.run(context())
+    assert len(calls.read_text().splitlines()) == 13 and again.data["passes_resumed"] == 12
+    assert [g.status for g in again.gates] == [g.status for g in result.gates]
+    ctx = context()
+    ctx.inputs["candidate_build"]["data"]["candidate_sha"] = "c" * 40
+    fresh = ncu.run(ctx)
+    # only the candidate arm's passes depend on its commit
+    assert len(calls.read_text().splitlines()) == 13 + 6 and fresh.data["passes_resumed"] == 6
 
 
 def test_the_report_shows_the_comparison_escaped(standin) -> None:
