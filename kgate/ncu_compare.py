@@ -227,6 +227,7 @@ def spill_gate(rows: list[dict[str, Any]], ratio_max: float, evidence: str) -> G
     for r in rows:
         vb, vc = _num(r["baseline"].get("local_bytes")), _num(r["candidate"].get("local_bytes"))
         regs = r["candidate"].get("registers_per_thread")
+        regs = f"{regs:g}" if isinstance(regs, float) else regs
         if vb is None or vc is None:
             out.append((r["row"], "unavailable", "local-memory traffic unavailable"))
             continue
