@@ -149,3 +149,22 @@ def test_the_host_ahead_timer_times_the_device_where_the_inline_timer_timed_the_
     (now,) = bench.behind_note(record["data"]["rows"])
     assert recorded.split("): ")[1] == now.split("): ")[1] == \
         "varlen_D128:fwdbwd base 300 of 300; varlen_D128:fwdbwd cand 300 of 300"
+
+
+def test_the_fused_candidates_record_reproduces_and_its_controls_stay_same() -> None:
+    """MEASURED DATA (tests/data/bench/h200_fused_host_ahead/): the fused kernel's bench with the same timer.
+    Rerunning the statistics on its rounds gives its recorded classes and intervals; the forward-only controls
+    (code the candidate does not change) are SAME, while every optimized row is SLOW."""
+    folder = DATA / "bench" / "h200_fused_host_ahead"
+    record = json.loads((folder / "record.json").read_text())
+    rounds = [x for x in map(json.loads, (folder / "rounds.jsonl").read_text().splitlines()) if x.get("kind") == "round"]
+    ctl = record["data"]["controller"]
+    cfg = stats.ControllerConfig(min_rounds=ctl["min_rounds"], max_rounds=ctl["max_rounds"],
+                                 resolution=ctl["resolution"])
+    assert len(rounds) == record["data"]["rounds"] < ctl["max_rounds"]
+    for row in record["data"]["rows"]:
+        d = stats.decide(bench.to_rounds(rounds, row["key"]), cfg)
+        assert not d.continue_ and d.classification == row["classification"], row["key"]
+        assert [d.estimate.lower, d.estimate.upper] == pytest.approx(row["interval"], rel=1e-9), row["key"]
+        expected = stats.SAME if row["path"] == "control" else stats.SLOW
+        assert row["classification"] == expected, row["key"]
