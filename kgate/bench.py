@@ -383,7 +383,8 @@ def time_round(index: int, arms: dict[str, Arm], plan: Plan, samples: int, telem
             res = arms[name].request("time", row=row.name, mode=mode, n=samples, hold=hold)
             cell[name] = {"samples_ms": res["samples_ms"], "telemetry": telemetry.sample()}
             if "ahead" in res:
-                cell[name].update(ahead=res["ahead"], hold_ms=res["hold_ms"], unheld=res.get("unheld", 0))
+                cell[name].update(ahead=res["ahead"], hold_ms=res["hold_ms"], unheld=res.get("unheld", 0),
+                                  syncs=res.get("syncs"))
         cells[key] = cell
     return {"kind": "round", "index": index, "order": order, "rows": cells, "started": t0, "finished": time.time()}
 
@@ -586,15 +587,19 @@ def describe(o: RowOutcome, recorded: list[dict[str, Any]], cfg: BenchConfig, pr
 
 def host_ahead_share(cells: list[dict[str, Any]]) -> dict[str, Any] | None:
     """Per arm: samples timed with the host ahead of the GPU, of all samples; samples timed without the hold
-    after it was dropped (``unheld``, kgate.host_ahead); and the holds used (ms, empty when none was held)."""
+    after it was dropped (``unheld``, kgate.host_ahead); the holds used (ms, empty when none was held); the
+    host synchronisations per call torch reported and whether the hold was re-armed after them."""
     if not cells or any("ahead" not in c[a] for c in cells for a in ("base", "cand")):
         return None
     out = {}
     for a in ("base", "cand"):
         holds = [h for c in cells for h in c[a]["hold_ms"]]
+        syncs = [c[a]["syncs"] for c in cells if c[a].get("syncs")]
         out[a] = {"ahead": sum(c[a]["ahead"] for c in cells), "samples": sum(len(c[a]["samples_ms"]) for c in cells),
                   "unheld": sum(c[a].get("unheld", 0) for c in cells),
-                  "hold_ms": [min(holds), max(holds)] if holds else []}
+                  "hold_ms": [min(holds), max(holds)] if holds else [],
+                  "syncs_per_call": max((x["per_call"] for x in syncs), default=None),
+                  "rearmed": any(x["rearmed"] for x in syncs)}
     return out
 
 

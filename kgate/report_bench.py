@@ -100,4 +100,7 @@ def _timer(timer: Any, rows: list[Any]) -> str:
         text += f"; host ahead in {got} of {of} held samples"
         if unheld:
             text += f"; {unheld} samples timed without the hold (calls that synchronise inside)"
+        rearmed = sum(1 for a in ahead if any(a[arm].get("rearmed") for arm in a))
+        if rearmed:
+            text += f"; the hold re-armed after each host synchronisation in {rearmed} row(s)"
     return text

@@ -73,7 +73,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kgate.host_ahead import Hold, cycles_per_ms
+from kgate.host_ahead import Hold, Segments, around_syncs, count_syncs, cycles_per_ms
 
 MAX_BLOCKS_PER_SM = 32
 REG_ALLOC_UNIT = 256
@@ -117,6 +117,7 @@ class State:
     info: dict[str, Any] = field(default_factory=dict)
     spin_cycles_per_ms: float | None = None
     holds: dict[str, Hold] = field(default_factory=dict)
+    syncs: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 # helpers
@@ -543,9 +544,11 @@ class Worker:
                 key = f"{row}:{mode}"
                 if hold and key not in s.holds:
                     s.holds[key] = Hold.first(self._host_enqueue_ms(rs, mode))
+                    s.syncs[key] = count_syncs(torch, lambda: (self._prep(rs), self._call(rs, mode)))
                 rate = self._spin_rate() if hold else None
                 starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
                 ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
+                segs: list[Segments | None] = [None] * n
                 for i in range(n):
                     self._prep(rs)
                     self._flush()
@@ -553,14 +556,20 @@ class Worker:
                     if holding:
                         torch.cuda._sleep(s.holds[key].cycles(rate))
                     starts[i].record()
-                    self._call(rs, mode)
+                    if holding and s.syncs[key]["rearmed"]:
+                        # kgate.host_ahead: the hold again after each synchronisation inside the call
+                        segs[i] = seg = Segments(torch, s.holds[key].cycles(rate), starts[i])
+                        with around_syncs(torch, seg.before, seg.after):
+                            self._call(rs, mode)
+                    else:
+                        self._call(rs, mode)
                     ends[i].record()
                     if holding:
-                        ahead.append(not starts[i].query())
+                        ahead.append(segs[i].ahead() if segs[i] else not starts[i].query())
                         held.append(s.holds[key].ms)
                         s.holds[key] = s.holds[key].after(ahead[-1])
                 torch.cuda.synchronize()
-                samples = [a.elapsed_time(b) for a, b in zip(starts, ends)]
+                samples = [a.elapsed_time(b) - (g.spun_ms() if g else 0.0) for a, b, g in zip(starts, ends, segs)]
             else:
                 for _ in range(n):
                     self._prep(rs)
@@ -573,7 +582,8 @@ class Worker:
         out: dict[str, Any] = {"samples_ms": samples, "t_start": t_start, "t_end": time.time()}
         if hold and s.cuda:
             # unheld: samples after the row's hold was dropped (kgate.host_ahead: calls that synchronise inside)
-            out.update(ahead=sum(ahead), hold_ms=[min(held), max(held)] if held else [], unheld=n - len(held))
+            out.update(ahead=sum(ahead), hold_ms=[min(held), max(held)] if held else [], unheld=n - len(held),
+                       syncs=s.syncs[f"{row}:{mode}"])
         return out
 
     def _host_enqueue_ms(self, rs: RowState, mode: str) -> float:

@@ -70,13 +70,19 @@ def test_the_record_counts_held_samples_per_arm_across_rounds() -> None:
     cells = [{"base": cell(20, 20, [3.0, 3.0]), "cand": cell(18, 20, [3.0, 6.0])},
              {"base": cell(20, 20, [3.0, 3.0]), "cand": cell(20, 20, [6.0, 6.0])}]
     share = host_ahead_share(cells)
-    assert share == {"base": {"ahead": 40, "samples": 40, "unheld": 0, "hold_ms": [3.0, 3.0]},
-                     "cand": {"ahead": 38, "samples": 40, "unheld": 0, "hold_ms": [3.0, 6.0]}}
+    none = {"syncs_per_call": None, "rearmed": False}
+    assert share == {"base": {"ahead": 40, "samples": 40, "unheld": 0, "hold_ms": [3.0, 3.0], **none},
+                     "cand": {"ahead": 38, "samples": 40, "unheld": 0, "hold_ms": [3.0, 6.0], **none}}
     # a row whose hold was dropped in the first round: later rounds hold nothing
     dropped = [{"base": cell(0, 20, [2.0, 16.0], unheld=16), "cand": cell(1, 20, [2.0, 32.0], unheld=12)},
                {"base": cell(0, 20, [], unheld=20), "cand": cell(0, 20, [], unheld=20)}]
-    assert host_ahead_share(dropped) == {"base": {"ahead": 0, "samples": 40, "unheld": 36, "hold_ms": [2.0, 16.0]},
-                                         "cand": {"ahead": 1, "samples": 40, "unheld": 32, "hold_ms": [2.0, 32.0]}}
+    assert host_ahead_share(dropped) == {"base": {"ahead": 0, "samples": 40, "unheld": 36, "hold_ms": [2.0, 16.0], **none},
+                                         "cand": {"ahead": 1, "samples": 40, "unheld": 32, "hold_ms": [2.0, 32.0], **none}}
+    # a re-armed row: the synchronisations per call as counted, once per worker
+    synced = [{a: {**cell(20, 20, [3.0, 3.0]), "syncs": {"per_call": 2, "through_methods": 2, "rearmed": True}}
+               for a in ("base", "cand")}]
+    assert host_ahead_share(synced)["cand"] == {"ahead": 20, "samples": 20, "unheld": 0, "hold_ms": [3.0, 3.0],
+                                                "syncs_per_call": 2, "rearmed": True}
     # rounds timed without the hold (inline, CPU, or checkpoints from before the setting) count nothing
     assert host_ahead_share([{"base": {"samples_ms": [1.0]}, "cand": {"samples_ms": [1.0]}}]) is None
     assert host_ahead_share([]) is None
@@ -155,8 +161,35 @@ class SimulatedGPU:
         def synchronize() -> None:
             gpu.host = max(gpu.host, gpu.device)
 
+        self.debug = 0
+
+        def set_sync_debug_mode(mode: int) -> None:
+            gpu.debug = mode
+
+        class Tensor:
+            """A CUDA tensor whose ``item()`` makes the host wait for the device (and says so in debug mode)."""
+
+            is_cuda = True
+
+            def item(self) -> int:
+                gpu.sync_point()
+                return 0
+
+            def tolist(self) -> list:
+                gpu.sync_point()
+                return []
+
+        self.Tensor = Tensor
         self.cuda = type("cuda", (), {"Event": Event, "_sleep": staticmethod(_sleep),
-                                      "synchronize": staticmethod(synchronize)})
+                                      "synchronize": staticmethod(synchronize),
+                                      "set_sync_debug_mode": staticmethod(set_sync_debug_mode)})
+
+    def sync_point(self) -> None:
+        """A synchronising operation: the host waits for the device; torch's debug mode would warn."""
+        if self.debug:
+            import warnings
+            warnings.warn("called a synchronizing CUDA operation", UserWarning, stacklevel=2)
+        self.cuda.synchronize()
 
     def call(self) -> None:
         """The host enqueues a call kernel by kernel; the device runs each once both have got there."""
@@ -197,8 +230,9 @@ def test_with_the_hold_a_launch_bound_call_is_timed_by_the_device(monkeypatch: p
 
 
 def test_a_host_that_falls_behind_is_counted_and_the_hold_grows(monkeypatch: pytest.MonkeyPatch) -> None:
-    # the host's enqueue time jumps from 2 ms to 7 ms: that sample outlasts the 3 ms hold
-    gpu = SimulatedGPU(call_ms=1.0, enqueue_ms=[2.0, 2.0, 2.0, 2.0, 7.0, 2.0, 2.0, 2.0])
+    # the host's enqueue time jumps from 2 ms to 7 ms: that sample outlasts the 3 ms hold (the first four
+    # calls are untimed: three measure the host's enqueue time, one counts the call's synchronisations)
+    gpu = SimulatedGPU(call_ms=1.0, enqueue_ms=[2.0, 2.0, 2.0, 2.0, 2.0, 7.0, 2.0, 2.0, 2.0])
     wk = held_worker(gpu, monkeypatch)
     res = wk.time("r", "fwdbwd", 5, hold=True)
     assert res["ahead"] == 4 and res["hold_ms"] == pytest.approx([3.0, 6.0])
@@ -209,22 +243,29 @@ def test_a_host_that_falls_behind_is_counted_and_the_hold_grows(monkeypatch: pyt
 
 
 class SyncingGPU(SimulatedGPU):
-    """NAMED FAKE: a call that synchronises inside: after half its kernels the host waits for the device."""
+    """NAMED FAKE: a call that synchronises inside: after half its kernels the host waits for the device,
+    through ``Tensor.item()`` (as fla's varlen path does), or, with ``hidden``, through an operation the
+    worker cannot hook (an explicit synchronisation)."""
+
+    def __init__(self, *args, hidden: bool = False, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.hidden = hidden
 
     def call(self) -> None:
         need = self.enqueue_ms[0]
         for k in range(10):
             if k == 5:
-                self.host = max(self.host, self.device)  # e.g. ``.item()`` on a device tensor
+                self.sync_point() if self.hidden else self.Tensor().item()
             self.host += need / 10
             self.device = max(self.device, self.host) + self.call_ms / 10
 
 
-def test_a_call_that_synchronises_inside_drops_its_hold_instead_of_spinning_at_the_cap(
+def test_a_call_that_synchronises_out_of_reach_drops_its_hold_instead_of_spinning_at_the_cap(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    gpu = SyncingGPU(call_ms=1.0, enqueue_ms=[3.0])
+    gpu = SyncingGPU(call_ms=1.0, enqueue_ms=[3.0], hidden=True)
     wk = held_worker(gpu, monkeypatch)
     res = wk.time("r", "fwdbwd", 20, hold=True)
+    assert res["syncs"] == {"per_call": 1, "through_methods": 0, "rearmed": False}
     # never ahead; GIVE_UP held samples with doubling holds, then none: no spin after that
     assert res["ahead"] == 0 and res["unheld"] == 20 - GIVE_UP
     first = res["hold_ms"][0]
@@ -234,3 +275,72 @@ def test_a_call_that_synchronises_inside_drops_its_hold_instead_of_spinning_at_t
     # an unheld span is the call as the host drives it, as the inline timer sees it: host time included
     inline = wk.time("r", "fwdbwd", 3)["samples_ms"]
     assert res["samples_ms"][-1] == pytest.approx(inline[-1]) and inline[-1] > 2.5
+
+
+def test_a_call_that_synchronises_through_item_is_held_again_after_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """1 ms of kernels, 3 ms of host launching, one ``.item()`` halfway: inline the span is host time (over
+    2.5 ms); with the hold re-armed after the synchronisation every sample is ahead and measures the device's
+    1 ms (the re-armed spin taken out), and the Tensor methods are restored afterwards."""
+    gpu = SyncingGPU(call_ms=1.0, enqueue_ms=[3.0])
+    wk = held_worker(gpu, monkeypatch)
+    inline = wk.time("r", "fwdbwd", 3)["samples_ms"]
+    assert min(inline) > 2.5
+    res = wk.time("r", "fwdbwd", 20, hold=True)
+    assert res["syncs"] == {"per_call": 1, "through_methods": 1, "rearmed": True}
+    assert res["ahead"] == 20 and res["unheld"] == 0
+    assert res["samples_ms"] == pytest.approx([1.0] * 20)
+    # two spins a sample: the hold before the call and the one re-armed after the synchronisation
+    calibration = 3  # the spin rate's timed spins
+    assert len(gpu.slept) == calibration + 2 * 20
+    assert gpu.Tensor.item.__qualname__.endswith("Tensor.item")
+
+
+def test_a_segment_the_host_lost_counts_the_sample_as_behind(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The host stalls after the synchronisation for longer than the re-armed hold: that sample is not ahead,
+    and the hold grows for the next one."""
+    gpu = SyncingGPU(call_ms=1.0, enqueue_ms=[3.0])
+    wk = held_worker(gpu, monkeypatch)
+    wk.time("r", "fwdbwd", 1, hold=True)
+    stall = iter([0.0, 50.0] + [0.0] * 10)
+    orig = SyncingGPU.call
+
+    def slow_after_sync(self) -> None:
+        pause = next(stall)
+        item = self.Tensor.item
+
+        def late(t):
+            out = item(t)
+            self.host += pause
+            return out
+        self.Tensor.item = late
+        try:
+            orig(self)
+        finally:
+            self.Tensor.item = item
+    monkeypatch.setattr(SyncingGPU, "call", slow_after_sync)
+    res = wk.time("r", "fwdbwd", 3, hold=True)
+    assert res["ahead"] == 2 and res["hold_ms"][1] == pytest.approx(2 * res["hold_ms"][0])
+
+
+def test_the_sync_hooks_patch_torchs_tensor_methods_and_restore_them() -> None:
+    """With real torch (CPU build): CPU tensors pass through untouched; a tensor that says it is on CUDA (a
+    subclass standing in for one) runs the hooks around ``item``/``tolist``; afterwards the methods are torch's
+    own again (inherited, not left as attributes of torch.Tensor)."""
+    import torch
+
+    from kgate.host_ahead import around_syncs
+
+    class OnCuda(torch.Tensor):
+        is_cuda = property(lambda self: True)
+
+    calls: list[str] = []
+    with around_syncs(torch, lambda: calls.append("before"), lambda: calls.append("after")):
+        assert torch.ones(3).sum().item() == 3.0 and torch.ones(2).tolist() == [1.0, 1.0]
+        assert calls == []
+        fake = torch.ones(2).as_subclass(OnCuda)
+        assert fake.tolist() == [1.0, 1.0] and fake[0].item() == 1.0
+        assert calls == ["before", "after"] * 2
+        with pytest.raises(RuntimeError):
+            torch.ones(2).item()  # the original's own error still reaches the caller
+    assert "item" not in torch.Tensor.__dict__ and torch.Tensor.item is torch._C.TensorBase.item
+    assert "tolist" not in torch.Tensor.__dict__
