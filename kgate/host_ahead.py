@@ -161,9 +161,8 @@ def around_syncs(torch: Any, before: Callable[[], None], after: Callable[[], Non
 def count_syncs(torch: Any, call: Callable[[], Any]) -> dict[str, Any]:
     """One call's host synchronisations: all that torch's sync debug mode reports, those through SYNC_METHODS,
     and whether the hold can be re-armed after each (both counts equal and above zero)."""
-    seen = [0]
-    with warnings.catch_warnings(record=True) as caught, \
-            around_syncs(torch, lambda: None, lambda: seen.__setitem__(0, seen[0] + 1)):
+    seen: list[None] = []
+    with warnings.catch_warnings(record=True) as caught, around_syncs(torch, lambda: None, lambda: seen.append(None)):
         warnings.simplefilter("always")
         torch.cuda.set_sync_debug_mode(1)
         try:
@@ -171,7 +170,7 @@ def count_syncs(torch: Any, call: Callable[[], Any]) -> dict[str, Any]:
         finally:
             torch.cuda.set_sync_debug_mode(0)
     reported = sum(1 for w in caught if "synchroniz" in str(w.message))
-    return {"per_call": reported, "through_methods": seen[0], "rearmed": reported == seen[0] > 0}
+    return {"per_call": reported, "through_methods": len(seen), "rearmed": reported == len(seen) > 0}
 
 
 @dataclass

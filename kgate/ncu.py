@@ -199,17 +199,18 @@ def kept_pass(stem: Path, key: str) -> dict[str, Any] | None:
 
 def run_pass(ctx: Context, spec: MeasureSpec, nspec: NcuSpec, exe: str, p: Pass, arm: str, worktree: Path,
              row: Row, deadline: measure.Deadline, telemetry: measure.Telemetry,
-             identity: dict[str, Any] | None = None) -> dict[str, Any]:
+             identity: dict[str, Any]) -> dict[str, Any]:
     """One ncu process: profile, export the report to CSV, and return what happened (paths, result, launches,
-    the GPU's clocks and compute processes just before and its clocks just after). With ``identity`` (the
-    arm's commit, ncu's version, the GPU) a pass an earlier run measured with the same key is kept."""
+    the GPU's clocks and compute processes just before and its clocks just after). A pass an earlier run
+    measured under the same key (command, request and ``identity``: the arm's commit, ncu's version, the GPU)
+    is kept instead."""
     cache = paths.triton_cache(ctx.campaign.name, ctx.gpu, f"bench-{arm}")
     stem = (ctx.out_dir / row.name / f"{arm}.{p.name}").resolve()
     stem.parent.mkdir(parents=True, exist_ok=True)
     request = {"init": spec.worker_init(), "row": row.values, "mode": nspec.mode, "warm_calls": nspec.warm_calls}
     cmd = command(exe, p, nspec, nspec.kernel_filter(spec.removed), stem, arm)
-    key = pass_key(cmd, request, identity) if identity is not None else None
-    if key is not None and (kept := kept_pass(stem, key)) is not None:
+    key = pass_key(cmd, request, identity)
+    if (kept := kept_pass(stem, key)) is not None:
         measure.progress(f"{row.name}: ncu pass {p.name} on arm {arm} kept from an earlier run (same key)")
         return kept
     for suffix in (".ncu-rep", ".result.json", ".ncu.log", ".raw.csv", ".details.csv", ".pass.json"):
@@ -251,7 +252,7 @@ def run_pass(ctx: Context, spec: MeasureSpec, nspec: NcuSpec, exe: str, p: Pass,
         out["launches"] = len(ncu_parse.read_raw(Path(f"{stem}.raw.csv")))
     out["capped"] = out["launches"] >= nspec.launch_count
     out["resumed"] = False
-    if key is not None and rc == 0 and result is not None and result.get("ok") and out["exports"]:
+    if rc == 0 and result is not None and result.get("ok") and out["exports"]:
         Path(f"{stem}.pass.json").write_text(json.dumps({"schema": PASS_SCHEMA, "key": key, "run": out}, indent=1)
                                              + "\n")
     return out

@@ -556,16 +556,15 @@ class Worker:
                     if holding:
                         torch.cuda._sleep(s.holds[key].cycles(rate))
                     starts[i].record()
-                    if holding and s.syncs[key]["rearmed"]:
-                        # kgate.host_ahead: the hold again after each synchronisation inside the call
+                    if holding:
+                        # kgate.host_ahead: one segment, or one per synchronisation inside the call (re-armed)
                         segs[i] = seg = Segments(torch, s.holds[key].cycles(rate), starts[i])
-                        with around_syncs(torch, seg.before, seg.after):
-                            self._call(rs, mode)
-                    else:
+                    with (around_syncs(torch, seg.before, seg.after) if holding and s.syncs[key]["rearmed"]
+                          else contextlib.nullcontext()):
                         self._call(rs, mode)
                     ends[i].record()
                     if holding:
-                        ahead.append(segs[i].ahead() if segs[i] else not starts[i].query())
+                        ahead.append(seg.ahead())
                         held.append(s.holds[key].ms)
                         s.holds[key] = s.holds[key].after(ahead[-1])
                 torch.cuda.synchronize()
