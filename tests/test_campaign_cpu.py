@@ -115,6 +115,24 @@ def test_editing_the_candidate_reruns_only_candidate_stages(rwkv6_workdir: Workf
     assert first in rwkv6_workdir.candidate_ids(CAMPAIGN, "candidate_gate")
 
 
+def test_a_lost_record_is_measured_again_not_hidden_behind_the_report(rwkv6_workdir: Workflow) -> None:
+    """A stage record that is gone after the report was rendered (an interrupted --forcerun deletes it) is due
+    again: Snakemake alone would see the report's files present and call the DAG up to date."""
+    source = "overlay:kernels/rwkv6_bwd_fused/identity"
+    rwkv6_workdir.run(f"candidate={source}")
+    cid = candidate_id(CAMPAIGN, source)
+    record = rwkv6_workdir.workdir / "results" / CAMPAIGN / "cpu" / "candidate_gate" / cid / "record.json"
+    kept = record.with_name("record.kept.json")
+    record.rename(kept)
+    try:
+        dry = rwkv6_workdir.run(f"candidate={source}", args=("-n",))
+        assert "Nothing to be done" not in dry.stdout + dry.stderr, dry.stdout[-3000:]
+        jobs = _job_stats(dry.stdout + dry.stderr)
+        assert jobs.get("candidate_gate") == 1 and jobs.get("report") == 1, jobs
+    finally:
+        kept.rename(record)
+
+
 def _job_stats(log: str) -> dict[str, int]:
     """Parse the first 'Job stats' table of a Snakemake log."""
     lines = log.splitlines()
