@@ -1,12 +1,13 @@
 """The real H200 A/A benchmark, recomputed from its raw rounds.
 
-MEASURED DATA: ``tests/data/bench/h200_identity/``, ``h200_identity_quiet/``
-and ``h200_identity_host_ahead/`` each hold the record and the round
+MEASURED DATA: ``tests/data/bench/h200_identity/``, ``h200_identity_quiet/``,
+``h200_identity_host_ahead/`` and ``h200_identity_rearm/`` each hold the record and the round
 checkpoint (``rounds.jsonl``) of bench for the identity candidate of the
 default campaign (the backward host function rebound to itself, so both arms
 run the same kernels) on an NVIDIA H200, copied unchanged (READMEs there):
 with the inline timer on a host shared with a second campaign and alone on
-its host, then with the host-ahead timer. The statistics are rerun on the
+its host, then with the host-ahead timer, then with that timer re-armed after
+the host synchronisations inside a call. The statistics are rerun on the
 recorded samples: kgate must reach the decisions it recorded, and an A/A
 must come out neutral where it can resolve at all.
 """
@@ -36,7 +37,11 @@ RUNS = {"h200_identity": (["B4_T2048_H16_D128:fwd"], DEVICE_BOUND),
         "h200_identity_host_ahead": ([], ALL_ROWS - SYNCS)}
 
 
-@pytest.fixture(name="aa", scope="module", params=sorted(RUNS))
+#: the A/A with the hold re-armed after Tensor.item/tolist: every row SAME, varlen included
+REARM = "h200_identity_rearm"
+
+
+@pytest.fixture(name="aa", scope="module", params=sorted([*RUNS, REARM]))
 def _aa(request) -> tuple[dict, list[dict], str]:
     folder = DATA / "bench" / request.param
     record = json.loads((folder / "record.json").read_text())
@@ -51,7 +56,8 @@ def test_the_recorded_rounds_reproduce_every_rows_decision(aa) -> None:
     ctl = data["controller"]
     cfg = stats.ControllerConfig(min_rounds=ctl["min_rounds"], max_rounds=ctl["max_rounds"],
                                  resolution=ctl["resolution"])
-    assert len(rounds) == data["rounds"] == ctl["max_rounds"]
+    # the controller stops at a look: the cap, or earlier once every row is decided
+    assert len(rounds) == data["rounds"] and data["rounds"] in ctl["looks"]
     assert math.isclose(cfg.look_confidence, ctl["look_confidence"])
     for row in data["rows"]:
         d = stats.decide(bench.to_rounds(rounds, row["key"]), cfg)
@@ -59,14 +65,15 @@ def test_the_recorded_rounds_reproduce_every_rows_decision(aa) -> None:
         assert [d.estimate.lower, d.estimate.upper] == pytest.approx(row["interval"], rel=1e-9), row["key"]
 
 
-def test_the_identity_is_neutral_where_the_bench_resolves(aa) -> None:
+@pytest.mark.parametrize("name", sorted(RUNS))
+def test_the_identity_is_neutral_where_the_bench_resolves(name: str) -> None:
     """Same kernels in both arms: the geomean interval holds 1.0, and every row resolved to within 1 % is
     SAME. With the inline timer those are exactly the four device-bound rows; the launch-bound rows (about
     2-3 ms a step) stay AMBIGUOUS at the 15-round cap, shared host or not, and on the shared host one of the
     two forward-only controls came out SLOW: a false positive, about what 9 row decisions at 95 % each allow
     (the family of rows is not corrected). With the host-ahead timer every row resolves but the one whose
     call synchronises inside."""
-    data, name = aa[0]["data"], aa[2]
+    data = json.loads((DATA / "bench" / name / "record.json").read_text())["data"]
     false_slow, resolved = RUNS[name]
     g = data["geomean"]
     assert g["lower"] < 1.0 < g["upper"]
@@ -151,11 +158,14 @@ def test_the_host_ahead_timer_times_the_device_where_the_inline_timer_timed_the_
         "varlen_D128:fwdbwd base 300 of 300; varlen_D128:fwdbwd cand 300 of 300"
 
 
-def test_the_fused_candidates_record_reproduces_and_its_controls_stay_same() -> None:
-    """MEASURED DATA (tests/data/bench/h200_fused_host_ahead/): the fused kernel's bench with the same timer.
-    Rerunning the statistics on its rounds gives its recorded classes and intervals; the forward-only controls
-    (code the candidate does not change) are SAME, while every optimized row is SLOW."""
-    folder = DATA / "bench" / "h200_fused_host_ahead"
+@pytest.mark.parametrize("name", ["h200_fused_host_ahead", "h200_fused_rearm"])
+def test_the_fused_candidates_record_reproduces_and_its_controls_stay_same(name: str) -> None:
+    """MEASURED DATA (tests/data/bench/h200_fused_host_ahead/, h200_fused_rearm/): the fused kernel's bench with
+    the host-ahead timer, then re-armed. Rerunning the statistics on its rounds gives its recorded classes and
+    intervals; the forward-only controls (code the candidate does not change) are SAME, while every optimized
+    row is SLOW (without re-arming varlen's host was behind, so its SLOW was partly host time; re-armed, the
+    host is ahead in every sample)."""
+    folder = DATA / "bench" / name
     record = json.loads((folder / "record.json").read_text())
     rounds = [x for x in map(json.loads, (folder / "rounds.jsonl").read_text().splitlines()) if x.get("kind") == "round"]
     ctl = record["data"]["controller"]
@@ -168,3 +178,38 @@ def test_the_fused_candidates_record_reproduces_and_its_controls_stay_same() -> 
         assert [d.estimate.lower, d.estimate.upper] == pytest.approx(row["interval"], rel=1e-9), row["key"]
         expected = stats.SAME if row["path"] == "control" else stats.SLOW
         assert row["classification"] == expected, row["key"]
+        if name == "h200_fused_rearm":
+            assert all(h["ahead"] == h["samples"] or h["ahead"] >= h["samples"] - 1
+                       for h in row["host_ahead"].values()), row["key"]
+
+
+def test_re_arming_resolves_the_row_that_synchronises_inside() -> None:
+    """MEASURED DATA (tests/data/bench/h200_identity_rearm/): with the hold re-armed after each Tensor.item/tolist,
+    torch's sync debug mode counts varlen's two synchronisations per call as exactly the re-armed ones, the host
+    is ahead in every held sample of both arms, and the row is SAME at less than a third of the width it had
+    without re-arming. Every row of the A/A is SAME and the controller stopped before its cap. The varlen
+    medians sit between profile_baseline's kernel sum (the span keeps the device's idle time while the host
+    returns from each synchronisation, and the gaps between kernels) and the inline endpoint."""
+    record = json.loads((DATA / "bench" / REARM / "record.json").read_text())
+    data = record["data"]
+    rows = {r["key"]: r for r in data["rows"]}
+    assert {r["classification"] for r in data["rows"]} == {stats.SAME}
+    assert data["rounds"] < data["controller"]["max_rounds"]
+    g = data["geomean"]
+    assert g["lower"] < 1.0 < g["upper"]
+    before = {r["key"]: r for r in json.loads((DATA / "bench" / "h200_identity_host_ahead" / "record.json")
+                                              .read_text())["data"]["rows"]}
+    (key,) = SYNCS
+    for arm in ("base", "cand"):
+        h = rows[key]["host_ahead"][arm]
+        assert h["syncs_per_call"] == 2 and h["rearmed"] is True, h
+        assert h["ahead"] == h["samples"] > 0 and h["unheld"] == 0, h
+        assert before[key]["host_ahead"][arm]["ahead"] == 0
+    width = {k: r["interval"][1] - r["interval"][0] for k, r in rows.items()}
+    assert width[key] * 3 < before[key]["interval"][1] - before[key]["interval"][0]
+    assert all(w < 0.015 for k, w in width.items() if k != key), width
+    assert not [r for r in record["reasons"] if r.startswith("host behind")]
+    profile = json.loads((DATA / "records" / "h200_default_bench" / "profile_baseline.json").read_text())
+    (prow,) = [p for p in profile["data"]["rows"] if f"{p['row']}:fwdbwd" == key]
+    medians = rows[key]["round_medians_ms"]["base"]
+    assert prow["kernel_sum_ms"] < min(medians) and max(medians) < prow["endpoint_ms"], (prow, medians)
