@@ -87,7 +87,7 @@ def with_derived(side: dict[str, Any], mm: MetricMap) -> dict[str, Any]:
     ``global_load_bytes``/``global_store_bytes``: the same less the local-memory (spill) part, so
     that a kernel that stops spilling does not pass for one that stopped writing its temporaries:
     stores less every local store sector (L1 writes through: on the H200 exports the L2 store
-    sectors equal global plus local store sectors at L1 to 0.2 %), loads less the local load
+    sectors equal global plus local store sectors at L1 to 0.3 %), loads less the local load
     sectors that missed L1 (zero when the kernel has no local loads). ``local_bytes``: local
     loads and stores at L1 (the spill gate's column)."""
     out = dict(side)

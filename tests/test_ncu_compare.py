@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import csv
+import json
 import re
 from pathlib import Path
 
@@ -208,8 +209,11 @@ def test_one_failing_row_fails_the_gate_and_names_it(base) -> None:
 # regexes and temporaries from the campaign file, and the expected numbers read here from the CSV columns.
 
 REAL = REPO / "tests" / "data" / "ncu" / "h200_fused_f6b3512413ea"
+#: the fused kernel's registers per thread as ncu reported them (its varlen specialisation takes two more)
+FUSED_REGISTERS = {"B4_T2048_H16_D128": 234, "B8_T2048_H32_D256": 234, "varlen_D128": 236}
 CAMPAIGN = yaml.safe_load((REPO / "config" / "campaigns" / "rwkv6-bwd-fusion.yaml").read_text())
-REAL_ROWS = {"B4_T2048_H16_D128": (4, 2048, 16, 128), "B8_T2048_H32_D256": (8, 2048, 32, 256)}
+REAL_ROWS = {"B4_T2048_H16_D128": (4, 2048, 16, 128), "B8_T2048_H32_D256": (8, 2048, 32, 256),
+             "varlen_D128": (1, 8048, 16, 128)}
 _SCALE = {"us": 1e3, "ms": 1e6, "Mbyte": 1e6, "Gbyte": 1e9, "%": 1.0, "sector": 1.0, "register/thread": 1.0, "": 1.0}
 COLS = {"duration_ns": "gpu__time_duration.sum", "dram_read_bytes": "dram__bytes_read.sum",
         "dram_write_bytes": "dram__bytes_write.sum", "registers": "launch__registers_per_thread",
@@ -281,14 +285,14 @@ def test_the_real_sides_are_the_sums_of_the_csv_columns(real, row: str) -> None:
     for key in ("duration_ns", "dram_read_bytes", "dram_write_bytes"):
         assert b[key] == pytest.approx(base[INTRA][key] + base[INTER][key]) and c[key] == pytest.approx(cand[key])
     assert b["registers_per_thread"] == max(base[INTRA]["registers"], base[INTER]["registers"]) == 255
-    assert c["registers_per_thread"] == cand["registers"] == 234
+    assert c["registers_per_thread"] == cand["registers"] == FUSED_REGISTERS[row]
     assert b["achieved_occupancy_pct"] == pytest.approx(min(base[INTRA]["occupancy"], base[INTER]["occupancy"]))
     assert b["l2_store_bytes"] == pytest.approx(32 * (base[INTRA]["l2_st"] + base[INTER]["l2_st"]))
     assert b["global_store_bytes"] == pytest.approx(32 * sum(base[k]["l2_st"] - base[k]["local_st"] for k in (INTRA, INTER)))
-    # L1 writes through: the L2 store sectors are the global plus the local store sectors at L1 (to 0.2 %), so
+    # L1 writes through: the L2 store sectors are the global plus the local store sectors at L1 (to 0.3 %), so
     # L2 stores less local stores are the global stores
     for k, v in [*base.items(), (FUSED, cand)]:
-        assert v["l2_st"] == pytest.approx(v["global_st_l1"] + v["local_st"], rel=2e-3), k
+        assert v["l2_st"] == pytest.approx(v["global_st_l1"] + v["local_st"], rel=3e-3), k
     assert c["global_load_bytes"] == pytest.approx(32 * (cand["l2_ld"] - cand["local_ld_miss"]))
     assert b["global_load_bytes"] == pytest.approx(32 * sum(base[k]["l2_ld"] - base[k]["local_ld_miss"]
                                                             for k in (INTRA, INTER)))
@@ -352,3 +356,22 @@ def test_the_real_tensor_work_is_kept_in_each_precision(real, row: str) -> None:
     assert tc["bf16_dst_fp32"] == tb["bf16_dst_fp32"] and tc["tf32_dst_fp32"] == 4 * tb["tf32_dst_fp32"]
     assert gates["ncu_same_tensor_work"].status == "pass"
     assert f"tf32_dst_fp32 {tb['tf32_dst_fp32']:.4g} -> {tc['tf32_dst_fp32']:.4g}" in gates["ncu_same_tensor_work"].value
+
+
+def test_the_stage_record_says_what_its_exports_say(real) -> None:
+    """MEASURED DATA (stage-record.json beside the exports: the record the H200 stage wrote, 12 profiles in one
+    run): each comparison gate recomputed here from the CSVs has the recorded status and value, every rule passes,
+    and the fused kernel took longer than intra + inter on every row (0.76-0.77x), as the bench found."""
+    record = json.loads((REAL / "stage-record.json").read_text())
+    assert record["status"] == "pass" and record["data"]["passes_resumed"] == 0
+    assert [r["row"] for r in record["data"]["rows"]] == list(REAL_ROWS)
+    recorded = {g["name"]: g for g in record["gates"]}
+    ours = next(iter(real.values()))[1]
+    for name in ("ncu_removed_launch", "ncu_fp32_traffic_removed", "ncu_no_new_spills", "ncu_occupancy_held",
+                 "ncu_same_tensor_work"):
+        assert (recorded[name]["status"], recorded[name]["value"]) == (ours[name].status, ours[name].value), name
+        assert ours[name].status == "pass"
+    for row in record["data"]["rows"]:
+        comp = real[row["row"]][0]
+        assert row["comparison"]["baseline"]["duration_ns"] == pytest.approx(comp["baseline"]["duration_ns"])
+        assert 0.75 < comp["baseline"]["duration_ns"] / comp["candidate"]["duration_ns"] < 0.78, row["row"]
