@@ -52,7 +52,9 @@ Limits: the hold removes what the host adds, including a candidate's saving
 of host launch work; that part is measured by profile_baseline's launch
 cost, not here. Samples that were not ahead are counted, not hidden. The
 re-arming patches two Tensor methods in the worker process during held timed
-calls only (restored after each call); it has not yet run on a GPU. On CPU
+calls only (restored after each call). On an H200 it re-armed fla's two
+``.item()`` synchronisations per packed-varlen call, and the host was ahead
+in every held sample (tests/data/bench/h200_identity_rearm/). On CPU
 there is no hold (``perf_counter`` around each call).
 """
 

@@ -37,7 +37,6 @@ with the reason and the commands that would have run: never GO.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import signal
@@ -50,6 +49,7 @@ from typing import Any
 
 from kgate import measure, ncu_compare, ncu_parse, paths
 from kgate.baseline_tests import verify_worktree
+from kgate.bench import run_key
 from kgate.campaign import Campaign
 from kgate.candidate_gate import verify_frozen
 from kgate.errors import ConfigError, KgateError, ProvenanceMismatch
@@ -177,10 +177,8 @@ PASS_SCHEMA = "kgate.ncu-pass/1"
 
 
 def pass_key(cmd: list[str], request: dict[str, Any], identity: dict[str, Any]) -> str:
-    """What a kept pass must share with this one (module docstring: Resume)."""
-    blob = json.dumps({"schema": PASS_SCHEMA, "command": cmd, "request": request, **identity}, sort_keys=True,
-                      default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()
+    """What a kept pass must share with this one (module docstring: Resume), hashed like bench's run key."""
+    return run_key({"schema": PASS_SCHEMA, "command": cmd, "request": request, **identity})
 
 
 def kept_pass(stem: Path, key: str) -> dict[str, Any] | None:

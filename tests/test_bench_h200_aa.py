@@ -41,17 +41,21 @@ RUNS = {"h200_identity": (["B4_T2048_H16_D128:fwd"], DEVICE_BOUND),
 REARM = "h200_identity_rearm"
 
 
-@pytest.fixture(name="aa", scope="module", params=sorted([*RUNS, REARM]))
-def _aa(request) -> tuple[dict, list[dict], str]:
-    folder = DATA / "bench" / request.param
-    record = json.loads((folder / "record.json").read_text())
+#: the fused candidate's benches with the same timers (every optimized row SLOW, the controls SAME)
+FUSED = ("h200_fused_host_ahead", "h200_fused_rearm")
+
+
+def load_run(name: str) -> tuple[dict, list[dict]]:
+    """A bench run's record and the rounds of its checkpoint."""
+    folder = DATA / "bench" / name
     lines = [json.loads(line) for line in (folder / "rounds.jsonl").read_text().splitlines()]
-    return record, [item for item in lines if item.get("kind") == "round"], request.param
+    return json.loads((folder / "record.json").read_text()), [x for x in lines if x.get("kind") == "round"]
 
 
-def test_the_recorded_rounds_reproduce_every_rows_decision(aa) -> None:
+@pytest.mark.parametrize("name", sorted([*RUNS, REARM, *FUSED]))
+def test_the_recorded_rounds_reproduce_every_rows_decision(name: str) -> None:
     """stats.decide over the checkpointed rounds gives each row's recorded class and interval."""
-    record, rounds, _ = aa
+    record, rounds = load_run(name)
     data = record["data"]
     ctl = data["controller"]
     cfg = stats.ControllerConfig(min_rounds=ctl["min_rounds"], max_rounds=ctl["max_rounds"],
@@ -73,7 +77,7 @@ def test_the_identity_is_neutral_where_the_bench_resolves(name: str) -> None:
     two forward-only controls came out SLOW: a false positive, about what 9 row decisions at 95 % each allow
     (the family of rows is not corrected). With the host-ahead timer every row resolves but the one whose
     call synchronises inside."""
-    data = json.loads((DATA / "bench" / name / "record.json").read_text())["data"]
+    data = load_run(name)[0]["data"]
     false_slow, resolved = RUNS[name]
     g = data["geomean"]
     assert g["lower"] < 1.0 < g["upper"]
@@ -94,7 +98,7 @@ def test_a_quiet_host_does_not_resolve_the_launch_bound_rows() -> None:
     (kgate_noop samples) moves the span with it. Where the kernels fill the span, the row resolves."""
     width = {}
     for name in ("h200_identity", "h200_identity_quiet"):
-        record = json.loads((DATA / "bench" / name / "record.json").read_text())
+        record = load_run(name)[0]
         width[name] = {r["key"]: r["interval"][1] - r["interval"][0] for r in record["data"]["rows"]}
     quiet = [json.loads(x) for x in (DATA / "bench" / "h200_identity_quiet" / "rounds.jsonl").read_text().splitlines()]
     loads = {cell[a]["telemetry"]["host"]["load_1m"] for r in quiet if r.get("kind") == "round"
@@ -121,7 +125,7 @@ def test_the_host_ahead_timer_times_the_device_where_the_inline_timer_timed_the_
     4x that and moved between rounds. The varlen row's host was never ahead (its call synchronises inside):
     its spans keep host time, so they sit far above the kernel sum, and it is the one row left AMBIGUOUS."""
     def load(name: str) -> tuple[dict, dict]:
-        record = json.loads((DATA / "bench" / name / "record.json").read_text())
+        record = load_run(name)[0]
         return record["data"].get("timer"), {r["key"]: r for r in record["data"]["rows"]}
 
     timer, held = load("h200_identity_host_ahead")
@@ -151,36 +155,27 @@ def test_the_host_ahead_timer_times_the_device_where_the_inline_timer_timed_the_
         w = {n: r[key]["interval"][1] - r[key]["interval"][0] for n, r in (("held", held), ("inline", inline))}
         assert w["held"] * 40 < w["inline"], (key, w)
     # the record names the row whose host was behind, as behind_note does today (same rows and counts)
-    record = json.loads((DATA / "bench" / "h200_identity_host_ahead" / "record.json").read_text())
+    record = load_run("h200_identity_host_ahead")[0]
     (recorded,) = [r for r in record["reasons"] if r.startswith("host behind")]
     (now,) = bench.behind_note(record["data"]["rows"])
     assert recorded.split("): ")[1] == now.split("): ")[1] == \
         "varlen_D128:fwdbwd base 300 of 300; varlen_D128:fwdbwd cand 300 of 300"
 
 
-@pytest.mark.parametrize("name", ["h200_fused_host_ahead", "h200_fused_rearm"])
-def test_the_fused_candidates_record_reproduces_and_its_controls_stay_same(name: str) -> None:
+@pytest.mark.parametrize("name", FUSED)
+def test_the_fused_candidates_controls_stay_same_and_every_optimized_row_is_slow(name: str) -> None:
     """MEASURED DATA (tests/data/bench/h200_fused_host_ahead/, h200_fused_rearm/): the fused kernel's bench with
-    the host-ahead timer, then re-armed. Rerunning the statistics on its rounds gives its recorded classes and
-    intervals; the forward-only controls (code the candidate does not change) are SAME, while every optimized
-    row is SLOW (without re-arming varlen's host was behind, so its SLOW was partly host time; re-armed, the
-    host is ahead in every sample)."""
-    folder = DATA / "bench" / name
-    record = json.loads((folder / "record.json").read_text())
-    rounds = [x for x in map(json.loads, (folder / "rounds.jsonl").read_text().splitlines()) if x.get("kind") == "round"]
-    ctl = record["data"]["controller"]
-    cfg = stats.ControllerConfig(min_rounds=ctl["min_rounds"], max_rounds=ctl["max_rounds"],
-                                 resolution=ctl["resolution"])
-    assert len(rounds) == record["data"]["rounds"] < ctl["max_rounds"]
+    the host-ahead timer, then re-armed (its rounds reproduce: the test above). The forward-only controls
+    (code the candidate does not change) are SAME, while every optimized row is SLOW (without re-arming
+    varlen's host was behind, so its SLOW was partly host time; re-armed, the host is ahead in all but at
+    most one sample per arm)."""
+    record, rounds = load_run(name)
+    assert len(rounds) == record["data"]["rounds"] < record["data"]["controller"]["max_rounds"]
     for row in record["data"]["rows"]:
-        d = stats.decide(bench.to_rounds(rounds, row["key"]), cfg)
-        assert not d.continue_ and d.classification == row["classification"], row["key"]
-        assert [d.estimate.lower, d.estimate.upper] == pytest.approx(row["interval"], rel=1e-9), row["key"]
         expected = stats.SAME if row["path"] == "control" else stats.SLOW
         assert row["classification"] == expected, row["key"]
         if name == "h200_fused_rearm":
-            assert all(h["ahead"] == h["samples"] or h["ahead"] >= h["samples"] - 1
-                       for h in row["host_ahead"].values()), row["key"]
+            assert all(h["ahead"] >= h["samples"] - 1 for h in row["host_ahead"].values()), row["key"]
 
 
 def test_re_arming_resolves_the_row_that_synchronises_inside() -> None:
@@ -190,15 +185,14 @@ def test_re_arming_resolves_the_row_that_synchronises_inside() -> None:
     without re-arming. Every row of the A/A is SAME and the controller stopped before its cap. The varlen
     medians sit between profile_baseline's kernel sum (the span keeps the device's idle time while the host
     returns from each synchronisation, and the gaps between kernels) and the inline endpoint."""
-    record = json.loads((DATA / "bench" / REARM / "record.json").read_text())
+    record = load_run(REARM)[0]
     data = record["data"]
     rows = {r["key"]: r for r in data["rows"]}
     assert {r["classification"] for r in data["rows"]} == {stats.SAME}
     assert data["rounds"] < data["controller"]["max_rounds"]
     g = data["geomean"]
     assert g["lower"] < 1.0 < g["upper"]
-    before = {r["key"]: r for r in json.loads((DATA / "bench" / "h200_identity_host_ahead" / "record.json")
-                                              .read_text())["data"]["rows"]}
+    before = {r["key"]: r for r in load_run("h200_identity_host_ahead")[0]["data"]["rows"]}
     (key,) = SYNCS
     for arm in ("base", "cand"):
         h = rows[key]["host_ahead"][arm]
