@@ -5,10 +5,21 @@ commit candidate_build made, with a clean tree and every frozen file at its
 BENCH_BASE hash (a mismatch is an error, not a result). Then the frozen gate
 runs exactly as in fixture_freeze (same files, selection, arguments, per-test
 timeout), plus the target's dependent tests when the campaign names its
-helper. Any failure, error, crash or hang of the candidate is a measured
-NO-GO. The collected test ids and their outcomes must equal the fixture run's:
-a test that disappears, is deselected or changes from passed to skipped fails
-the gate with its id.
+helper. Any failure, error, crash or hang of the candidate in the frozen gate
+is a measured NO-GO. The collected test ids and their outcomes must equal the
+fixture run's: a test that disappears, is deselected or changes from passed to
+skipped fails the gate with its id.
+
+Dependent tests are not part of the frozen contract (the helper picks them from
+the candidate's diff), so nothing froze their state at BENCH_BASE. When their
+run completes with failures, kgate reruns exactly the failing ids on the
+BENCH_BASE worktree, same settings and cache: an id that also fails there is
+the target's own (pre-existing, listed in the row's detail), an id that passes
+there is the candidate's and fails the gate. Limits: a candidate run that
+crashed, hung or had collection errors fails without attribution (rerunning
+everything unfinished could cost the whole run again); one rerun cannot tell a
+flaky test from a broken one, so a test that flakes at the candidate and
+passes at BENCH_BASE counts as the candidate's.
 """
 
 from __future__ import annotations
@@ -64,6 +75,40 @@ def outcome_diff(ref: dict, got: gate.GateRun) -> list[str]:
         if now is not None and now != o and now in gate.OUTCOMES_OK:
             msgs.append(f"{i}: {o} at BENCH_BASE, {now} now")
     return msgs
+
+
+def attributable(dep: gate.GateRun) -> bool:
+    """The candidate's dependent run completed (no crash, hang or collection error) with ids not passing."""
+    return not (dep.green or dep.crashed or dep.timed_out or dep.collect_errors or not dep.bad_ids)
+
+
+def dependents_at_base(dspec: gate.GateSpec, dep: gate.GateRun, wt_base: Path, out_dir: Path,
+                       cache: Path) -> gate.GateRun:
+    """Rerun exactly the dependent ids that did not pass at the candidate on BENCH_BASE's worktree."""
+    return gate.run(dspec, wt_base, out_dir, cache, tag="dependent-base", only_ids=dep.bad_ids)
+
+
+def dependent_gate(dep: gate.GateRun, base: gate.GateRun | None) -> tuple[Gate, dict]:
+    """The dependent_tests_pass row and its attribution: ids not passing at the candidate split into
+    those that pass at BENCH_BASE (the candidate's) and those that do not pass there either."""
+    threshold = "every dependent test passes, or fails at BENCH_BASE too"
+    if dep.green:
+        return Gate("dependent_tests_pass", threshold, dep.summary(), "pass", evidence=dep.junit_path), {}
+    if base is None:
+        why = ("process died" if dep.crashed else "run timed out" if dep.timed_out
+               else "collection error(s)" if dep.collect_errors else "not passing")
+        fails = dep.bad_ids + [e["nodeid"] for e in dep.collect_errors]
+        return Gate("dependent_tests_pass", threshold, dep.summary(), "fail", evidence=dep.junit_path,
+                    detail=f"{why}, not attributed at BENCH_BASE: {', '.join(fails[:20])}"), {}
+    new = [i for i in dep.bad_ids if base.tests.get(i, {}).get("outcome") in gate.OUTCOMES_OK]
+    old = [i for i in dep.bad_ids if i not in new]
+    data = {"candidates": new, "pre_existing": old}
+    value = f"{dep.summary()}; {len(old)} of {len(dep.bad_ids)} not passing at BENCH_BASE either"
+    if new:
+        return Gate("dependent_tests_pass", threshold, value, "fail", evidence=dep.junit_path,
+                    detail=f"pass at BENCH_BASE, not with the candidate: {', '.join(new[:20])}"), data
+    return Gate("dependent_tests_pass", threshold, value, "pass", evidence=base.junit_path,
+                detail=f"pre-existing, failing at BENCH_BASE too: {', '.join(old[:20])}"), data
 
 
 def outputs_gates(ctx: Context, green: bool, fx: dict, build: dict, wt: Path) -> list[Gate]:
@@ -134,21 +179,27 @@ def run(ctx: Context) -> StageResult:
     gates += outputs_gates(ctx, main.green, fx, build, wt)
     changed = [f["path"] for f in build["data"]["diff"]["files"]]
     dep_files = dependent_tests(ctx, wt, changed)
-    dep_data = None
+    dep_data = base_data = attribution = None
     if dep_files:
         dsel = (c.data["gate"]["dependent_tests"].get("select") or {}).get("cpu" if gpu == "cpu" else "gpu")
         dspec = gate.GateSpec(**{**{f: getattr(spec, f) for f in spec.__slots__}, "tests": tuple(dep_files),
                                  "select": dsel})
         dep = gate.run(dspec, wt, ctx.out_dir, cache, tag="dependent")
         dep_data = dep.as_data()
-        gates.append(Gate("dependent_tests_pass", "every dependent test passes", dep.summary(),
-                          "pass" if dep.green else "fail", evidence=dep.junit_path,
-                          detail=None if dep.green else f"not passing: {', '.join(dep.bad_ids[:20])}"))
+        base = None
+        if attributable(dep):
+            wt_base = paths.worktree(c.name, gpu, "bench_base")
+            verify_worktree(wt_base, fx["data"]["bench_base"])
+            base = dependents_at_base(dspec, dep, wt_base, ctx.out_dir, cache)
+            base_data = base.as_data()
+        row, attribution = dependent_gate(dep, base)
+        gates.append(row)
     else:
-        gates.append(Gate("dependent_tests_pass", "every dependent test passes",
+        gates.append(Gate("dependent_tests_pass", "every dependent test passes, or fails at BENCH_BASE too",
                           "no helper in this campaign" if not c.data["gate"].get("dependent_tests")
                           else "helper listed no further tests", "skip"))
     data = {"candidate": cid, "candidate_sha": build["data"]["candidate_sha"], "bench_base": fx["data"]["bench_base"],
             "worktree": str(wt), "run": main.as_data(), "dependent": dep_data, "dependent_files": dep_files,
+            "dependent_at_bench_base": base_data, "dependent_attribution": attribution,
             "triton_cache": str(cache)}
     return StageResult(gates=gates, data=data)

@@ -264,13 +264,33 @@ def _isolation(worktree: Path) -> list[str]:
     return args
 
 
-def _read_outcomes(path: Path, log: Path) -> dict[str, Any]:
-    if not path.exists():
-        return {}
+def _load_outcomes(path: Path, log: Path) -> dict[str, Any]:
     try:
         return json.loads(path.read_text())
     except json.JSONDecodeError as exc:
         raise KgateError(f"outcome record {path} is corrupt ({exc}); see {log}") from exc
+
+
+def _read_outcomes(path: Path, log: Path) -> dict[str, Any]:
+    """The run's outcome record. When pytest-xdist's controller did not finish (a timeout or a crash
+    of the controller), its file lacks what only the workers knew: the collection, and the tests a
+    worker ended that the controller had not yet heard of. Those come from the workers' own files
+    (written after each test ends), and ``running`` lists what each worker was running."""
+    state = _load_outcomes(path, log) if path.exists() else {}
+    workers = [_load_outcomes(p, log) for p in sorted(path.parent.glob(path.name + ".gw*"))
+               if not p.name.endswith(".tmp")]
+    if state.get("finished") or not workers:
+        return state
+    state = {"collected": [], "deselected": [], "tests": {}, "collect_errors": [], **state}
+    for w in workers:
+        state["collected"] = state["collected"] or w.get("collected", [])
+        state["deselected"] = state["deselected"] or w.get("deselected", [])
+        state["collect_errors"] += [e for e in w.get("collect_errors", []) if e not in state["collect_errors"]]
+        for k, t in w.get("tests", {}).items():
+            state["tests"].setdefault(k, t)
+    running = sorted({w["running"] for w in workers if w.get("running") and w["running"] not in state["tests"]})
+    state["running"] = ", ".join(running) or None
+    return state
 
 
 def check_imports(run_: GateRun, worktree: Path) -> None:

@@ -3,7 +3,10 @@
 Loaded as ``-p kgate.outcomes_plugin --kgate-outcomes PATH``. The JSON at
 PATH is rewritten after every test (so a crash or a hang keeps what finished,
 plus the id of the test that was running), and once more at session end. It
-holds: collected and deselected ids, one entry per test id with its outcome
+holds: collected and deselected ids, one entry per ended test id (its call
+reported, or its teardown after a setup that failed or skipped, or
+pytest-xdist's report for a test whose worker died; a test still in setup or
+call, on any worker, has no entry) with its outcome
 (passed, failed, error, skipped, xfailed, xpassed), duration and failure
 text, collection errors, and where each top-level package of the tested tree
 was imported from (so a stage can prove the code under test is the worktree's).
@@ -43,6 +46,8 @@ class _Recorder:
                                       "collected": [], "deselected": [], "tests": {}, "collect_errors": [],
                                       "running": None, "exitstatus": None, "imports": {}, "env": {}}
         self.env_patterns = [p for p in str(config.getoption("--kgate-env") or "").split(",") if p]
+        #: entries of tests that started and have not ended (under xdist, on several workers at once)
+        self.pending: dict[str, dict[str, Any]] = {}
 
     def _write(self) -> None:
         target = self.path if self.worker is None else self.path.with_name(f"{self.path.name}.{self.worker}")
@@ -68,8 +73,8 @@ class _Recorder:
         self._write()
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        t = self.state["tests"].setdefault(report.nodeid, {"nodeid": report.nodeid, "outcome": "passed",
-                                                           "duration_s": 0.0, "message": None})
+        t = self.state["tests"].get(report.nodeid) or self.pending.setdefault(
+            report.nodeid, {"nodeid": report.nodeid, "outcome": "passed", "duration_s": 0.0, "message": None})
         t["duration_s"] = round(t["duration_s"] + report.duration, 4)
         if report.when == "call":
             if hasattr(report, "wasxfail"):
@@ -87,8 +92,13 @@ class _Recorder:
             t["message"] = _text(report)
         elif report.failed:
             t["message"] = (t["message"] + "\n--- " + report.when + " ---\n" + _text(report))[-_MAX_MSG:]
-        if report.when == "teardown":
-            self.state["running"] = None
+        if report.when != "setup":
+            # the call decides the outcome (a teardown error still updates it); a setup that failed or
+            # skipped ends at teardown; xdist reports a test whose worker died with another phase name
+            if report.nodeid in self.pending:
+                self.state["tests"][report.nodeid] = self.pending.pop(report.nodeid)
+            if report.when == "teardown":
+                self.state["running"] = None
             self._write()
 
     @pytest.hookimpl(trylast=True)

@@ -219,3 +219,21 @@ def test_an_interrupted_run_of_another_commit_is_not_resumed(tmp_path: Path) -> 
     again = gate.run(spec(), root, tmp_path / "out", tmp_path / "cache", tag="t")
     assert sorted(runs.read_text().split()) == ["test_1", "test_2", "test_3", "test_4", "test_5"]
     assert again.green and not again.carried
+
+
+def test_under_xdist_a_test_still_running_at_the_timeout_has_no_outcome(tmp_path: Path) -> None:
+    """Two workers: one test hangs while the other worker runs the rest; at the run timeout the hung test is
+    not finished (no entry: its setup passing does not make it passed) and the others keep their outcomes."""
+    root = tree(tmp_path, {**TOY, "tests/test_a.py": (
+        "import time\ndef test_hang():\n    time.sleep(600)\n"
+        + "".join(f"def test_{i}():\n    pass\n" for i in range(4)))})
+    run = gate.run(spec(test_timeout_s=600, run_timeout_s=20, workers=2), root, tmp_path / "out",
+                   tmp_path / "cache", tag="t")
+    assert run.timed_out and not run.green
+    assert len(run.collected) == 5, "the collection comes from the workers' files when the controller was cut"
+    assert "tests/test_a.py::test_hang" not in run.tests and "tests/test_a.py::test_hang" in run.bad_ids
+    assert run.running_at_end == "tests/test_a.py::test_hang"
+    # the tests the other worker ran (xdist may queue one behind the hung test: that one never ran)
+    assert len(run.tests) >= 2 and {t["outcome"] for t in run.tests.values()} == {"passed"}
+    assert sorted(run.bad_ids) == sorted(set(run.collected) - set(run.tests))
+    assert f"{len(run.bad_ids)} not finished" in run.summary()
