@@ -143,7 +143,11 @@ write_conf() {
   mem=$(slurmd -C | sed -n 's/.*RealMemory=\([0-9]*\).*/\1/p')
   # job ids continue after a restart (state/ is wiped), so logs named <jobid>.log
   # and accounting records are never reused; jobcomp.txt keeps every ended job
-  first=$(sed -n 's/^JobId=\([0-9]*\) .*/\1/p' "$ROOT/log/jobcomp.txt" 2>/dev/null | sort -n | tail -1)
+  # (a fresh machine has no jobcomp.txt yet: under pipefail a failing sed would end the script)
+  first=
+  if [ -f "$ROOT/log/jobcomp.txt" ]; then
+    first=$(sed -n 's/^JobId=\([0-9]*\) .*/\1/p' "$ROOT/log/jobcomp.txt" | sort -n | tail -1)
+  fi
   first=$(( ${first:-0} + 1 ))
   [ -n "$mem" ] || die "slurmd -C did not report RealMemory"
   if [ "$ACCOUNTING" = 1 ]; then
