@@ -77,21 +77,18 @@ def outcome_diff(ref: dict, got: gate.GateRun) -> list[str]:
     return msgs
 
 
+DEPENDENT_THRESHOLD = "every dependent test passes, or fails at BENCH_BASE too"
+
+
 def attributable(dep: gate.GateRun) -> bool:
     """The candidate's dependent run completed (no crash, hang or collection error) with ids not passing."""
     return not (dep.green or dep.crashed or dep.timed_out or dep.collect_errors or not dep.bad_ids)
 
 
-def dependents_at_base(dspec: gate.GateSpec, dep: gate.GateRun, wt_base: Path, out_dir: Path,
-                       cache: Path) -> gate.GateRun:
-    """Rerun exactly the dependent ids that did not pass at the candidate on BENCH_BASE's worktree."""
-    return gate.run(dspec, wt_base, out_dir, cache, tag="dependent-base", only_ids=dep.bad_ids)
-
-
 def dependent_gate(dep: gate.GateRun, base: gate.GateRun | None) -> tuple[Gate, dict]:
     """The dependent_tests_pass row and its attribution: ids not passing at the candidate split into
     those that pass at BENCH_BASE (the candidate's) and those that do not pass there either."""
-    threshold = "every dependent test passes, or fails at BENCH_BASE too"
+    threshold = DEPENDENT_THRESHOLD
     if dep.green:
         return Gate("dependent_tests_pass", threshold, dep.summary(), "pass", evidence=dep.junit_path), {}
     if base is None:
@@ -190,12 +187,13 @@ def run(ctx: Context) -> StageResult:
         if attributable(dep):
             wt_base = paths.worktree(c.name, gpu, "bench_base")
             verify_worktree(wt_base, fx["data"]["bench_base"])
-            base = dependents_at_base(dspec, dep, wt_base, ctx.out_dir, cache)
+            # exactly the ids that did not pass, on BENCH_BASE's worktree
+            base = gate.run(dspec, wt_base, ctx.out_dir, cache, tag="dependent-base", only_ids=dep.bad_ids)
             base_data = base.as_data()
         row, attribution = dependent_gate(dep, base)
         gates.append(row)
     else:
-        gates.append(Gate("dependent_tests_pass", "every dependent test passes, or fails at BENCH_BASE too",
+        gates.append(Gate("dependent_tests_pass", DEPENDENT_THRESHOLD,
                           "no helper in this campaign" if not c.data["gate"].get("dependent_tests")
                           else "helper listed no further tests", "skip"))
     data = {"candidate": cid, "candidate_sha": build["data"]["candidate_sha"], "bench_base": fx["data"]["bench_base"],

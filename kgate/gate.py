@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kgate import gate_resume
+from kgate import gate_resume, outcomes_plugin
 from kgate.errors import ConfigError, KgateError, ProvenanceMismatch
 
 OUTCOMES_OK = frozenset({"passed", "skipped", "xfailed"})
@@ -277,15 +277,12 @@ def _read_outcomes(path: Path, log: Path) -> dict[str, Any]:
     worker ended that the controller had not yet heard of. Those come from the workers' own files
     (written after each test ends), and ``running`` lists what each worker was running."""
     state = _load_outcomes(path, log) if path.exists() else {}
-    workers = [_load_outcomes(p, log) for p in sorted(path.parent.glob(path.name + ".gw*"))
-               if not p.name.endswith(".tmp")]
+    workers = [_load_outcomes(p, log) for p in outcomes_plugin.worker_paths(path)]
     if state.get("finished") or not workers:
         return state
     state = {"collected": [], "deselected": [], "tests": {}, "collect_errors": [], **state}
+    outcomes_plugin.merge_collection(state, workers)
     for w in workers:
-        state["collected"] = state["collected"] or w.get("collected", [])
-        state["deselected"] = state["deselected"] or w.get("deselected", [])
-        state["collect_errors"] += [e for e in w.get("collect_errors", []) if e not in state["collect_errors"]]
         for k, t in w.get("tests", {}).items():
             state["tests"].setdefault(k, t)
     running = sorted({w["running"] for w in workers if w.get("running") and w["running"] not in state["tests"]})

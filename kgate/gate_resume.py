@@ -29,6 +29,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from kgate import outcomes_plugin
 from kgate.errors import KgateError
 
 ATTEMPT_SCHEMA = "kgate.gate-attempt/1"
@@ -67,7 +68,7 @@ def carried(out_dir: Path, tag: str, key: str | None) -> dict[str, dict[str, Any
     if state is not None and state.get("finished"):
         return {}
     done: dict[str, dict[str, Any]] = dict(attempt.get("carried", {}))
-    sources = [_load(p) for p in sorted(out_dir.glob(f"{tag}.outcomes.json.gw*"))] or ([state] if state else [])
+    sources = [_load(p) for p in outcomes_plugin.worker_paths(main)] or ([state] if state else [])
     collected: set[str] = set()
     for s in sources:
         collected.update(s.get("collected", []))

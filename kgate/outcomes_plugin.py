@@ -111,14 +111,9 @@ class _Recorder:
                              if any(fnmatch.fnmatchcase(k, p) for p in self.env_patterns)}
         if self.worker is None:
             worker_env: dict[str, set[str]] = {}
-            for f in sorted(self.path.parent.glob(self.path.name + ".gw*")):
-                w = json.loads(f.read_text())
-                if not self.state["collected"]:
-                    self.state["collected"] = w["collected"]
-                if not self.state["deselected"]:
-                    self.state["deselected"] = w["deselected"]
-                self.state["collect_errors"].extend(e for e in w["collect_errors"]
-                                                    if e not in self.state["collect_errors"])
+            workers = [json.loads(f.read_text()) for f in worker_paths(self.path)]
+            merge_collection(self.state, workers)
+            for w in workers:
                 for k, v in w["imports"].items():
                     self.state["imports"].setdefault(k, v)
                 for k, v in w.get("env", {}).items():
@@ -128,6 +123,19 @@ class _Recorder:
                 # worker ran which test (the distribution of tests to workers is not deterministic)
                 self.state["env"] = {k: " | ".join(sorted(v)) for k, v in sorted(worker_env.items())}
         self._write()
+
+
+def worker_paths(path: Path) -> list[Path]:
+    """The pytest-xdist workers' outcome files beside ``path`` (not their half-written ``.tmp``)."""
+    return [p for p in sorted(path.parent.glob(path.name + ".gw*")) if not p.name.endswith(".tmp")]
+
+
+def merge_collection(state: dict[str, Any], workers: list[dict[str, Any]]) -> None:
+    """Fill the controller's collected and deselected ids (only workers collect) and collection errors."""
+    for w in workers:
+        state["collected"] = state["collected"] or w.get("collected", [])
+        state["deselected"] = state["deselected"] or w.get("deselected", [])
+        state["collect_errors"] += [e for e in w.get("collect_errors", []) if e not in state["collect_errors"]]
 
 
 def _text(report: Any) -> str:

@@ -16,6 +16,7 @@ Snakemake runs under ``timeout -s INT``: SIGINT makes it scancel its jobs.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -109,6 +110,15 @@ def test_default_campaign_every_compute_stage_is_its_own_slurm_job(tmp_path) -> 
     for stage, r in local.items():
         assert not (r["provenance"]["slurm"] or {}).get("job_id"), stage
         assert not slurm_logs(tmp_path, stage), f"{stage} is a local rule: no Slurm job"
+
+    # the campaign's fused candidate passed the frozen gate under the Triton interpreter (tiny fp32 cases),
+    # its optimized rows ran the fused path and its fallback rows were bit-identical to BENCH_BASE
+    gate_rec = records["candidate_gate"]
+    rows = {g["name"]: g["status"] for g in gate_rec["gates"]}
+    assert rows["gate_tests_pass"] == rows["same_test_ids"] == rows["fallback_bit_identical"] == "pass", rows
+    assert gate_rec["data"]["run"]["counts"].get("passed", 0) > 0 and gate_rec["data"]["run"]["interpreter"]
+    outputs = json.loads((tmp_path / "results" / DEFAULT / "cpu" / "candidate_gate" / cid / "outputs.json").read_text())
+    assert {r["path"] for r in outputs["rows"]} == {"optimized", "fallback"}, outputs["rows"]
 
     # the preflight ran first, on the compute node, in its own job
     doctor = records[paths.PREFLIGHT]

@@ -3,8 +3,9 @@ rerun at BENCH_BASE, and only those that pass there count against the candidate.
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
+
+from test_gate_runner import spec, tree
 
 from kgate import candidate_gate, gate
 
@@ -14,27 +15,14 @@ DEP_TESTS = ("from toy import f\n"
              "def test_independent():\n    pass\n")
 
 
-def tree(root: Path, f_body: str) -> Path:
-    for name, text in {"toy/__init__.py": f"import os\ndef f(x):\n    {f_body}\n",
-                       "tests/test_dep.py": DEP_TESTS}.items():
-        p = root / name
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(text)
-    subprocess.run(["git", "init", "-q", str(root)], check=True)
-    return root
-
-
-def spec() -> gate.GateSpec:
-    return gate.GateSpec(tests=("tests/test_dep.py",), select=None, pytest_args=(), forbid_env=(),
-                         python_path=(".",), cpu=False, cpu_setup=None, test_timeout_s=60, run_timeout_s=120)
-
-
 def gate_for(tmp_path: Path, cand_body: str) -> tuple[object, dict, gate.GateRun, gate.GateRun | None]:
-    base_wt = tree(tmp_path / "base", "return x + 1")
-    cand_wt = tree(tmp_path / "cand", cand_body)
+    """BENCH_BASE's toy (f(x) = x + 1) and the candidate's, each with the same dependent tests."""
+    base_wt, cand_wt = (tree(tmp_path / arm, {"toy/__init__.py": f"import os\ndef f(x):\n    {body}\n",
+                                              "tests/test_dep.py": DEP_TESTS})
+                        for arm, body in (("base", "return x + 1"), ("cand", cand_body)))
     out, cache = tmp_path / "out", tmp_path / "cache"
     dep = gate.run(spec(), cand_wt, out, cache, tag="dependent")
-    base = candidate_gate.dependents_at_base(spec(), dep, base_wt, out, cache) \
+    base = gate.run(spec(), base_wt, out, cache, tag="dependent-base", only_ids=dep.bad_ids) \
         if candidate_gate.attributable(dep) else None
     row, data = candidate_gate.dependent_gate(dep, base)
     return row, data, dep, base
