@@ -53,7 +53,7 @@ import yaml
 
 from kgate import campaign as campaign_mod
 from kgate import paths
-from kgate.campaign import ROOT, Campaign
+from kgate.campaign import Campaign
 from kgate.errors import ConfigError
 
 SCHEMA = "kgate.audit/1"
@@ -223,7 +223,7 @@ def target_key(c: Campaign) -> str:
     if "repo" in t:
         p = Path(t["repo"]["path"]).expanduser()
         if not p.is_absolute():
-            p = ROOT / p
+            p = paths.PROJECT / p
         return f"repo:{p.resolve()}@{t['repo']['baseline']}"
     name, _, version = t["pypi"]["requirement"].partition("==")
     return f"pypi:{_pep503(name)}=={version}"
@@ -290,7 +290,7 @@ def audit_campaign(c: Campaign) -> Audited:
 
 def _display(p: Path) -> str:
     try:
-        return str(p.resolve().relative_to(ROOT))
+        return str(p.resolve().relative_to(paths.PROJECT))
     except ValueError:
         return str(p)
 
@@ -303,9 +303,9 @@ def campaign_specs(arg: str | None) -> list[str]:
         if not specs:
             raise ConfigError("--campaigns: no campaign named")
         return specs
-    files = sorted((ROOT / "config" / "campaigns").glob("*.yaml"))
+    files = sorted(paths.CAMPAIGNS.glob("*.yaml"))
     if not files:
-        raise ConfigError(f"no campaign files under {ROOT / 'config' / 'campaigns'}")
+        raise ConfigError(f"no campaign files under {paths.CAMPAIGNS}")
     return [str(f) for f in files]
 
 
@@ -354,8 +354,9 @@ def compare(a: Audited, b: Audited) -> dict[str, Any]:
 
 
 def lane(name: str) -> dict[str, str]:
-    return {"results": f"results/{name}/<gpu>/", "work": f"{paths.work(name, '<gpu>')}/",
-            "reports": f"reports/{name}/<gpu>/", "branches": paths.branch(name, "...")}
+    """A campaign's own folders and branches (``kgate.paths``); ``<gpu>`` stands for the device class."""
+    return {"results": f"{paths.results(name, '<gpu>')}/", "work": f"{paths.work(name, '<gpu>')}/",
+            "reports": f"{paths.report_dir(name, '<gpu>')}/", "branches": paths.branch(name, "...")}
 
 
 def audit(specs: list[str]) -> dict[str, Any]:
@@ -369,7 +370,8 @@ def audit(specs: list[str]) -> dict[str, Any]:
     for name, same in sorted(by_name.items()):
         if len(same) > 1:
             warnings.append(f"warning: lane collision: {', '.join(x.file for x in same)} all name campaign "
-                            f"'{name}' and would share results/{name}/, work/{name}/ and branches kgate/{name}/")
+                            f"'{name}' and would share {paths.campaign_results(name)}/, "
+                            f"{paths.work(name, '<gpu>').parent}/ and branches {paths.branch(name, '')}")
     groups: dict[str, list[Audited]] = {}
     for a in audited:
         groups.setdefault(a.target, []).append(a)

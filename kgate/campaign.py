@@ -1,6 +1,6 @@
 """Campaign loading and validation.
 
-A campaign file is YAML validated against ``workflow/schemas/campaign.schema.yaml``
+A campaign file is YAML validated against ``kgate/schemas/campaign.schema.yaml``
 (JSON Schema 2020-12, unknown keys rejected). Validation errors become one
 ``ConfigError`` line naming the file, the key path and the problem, raised
 before any job starts. Defaults from the schema are filled in, so stages read
@@ -19,10 +19,8 @@ from typing import Any
 import jsonschema
 import yaml
 
+from kgate import paths
 from kgate.errors import ConfigError
-
-ROOT = Path(__file__).resolve().parent.parent
-SCHEMAS = ROOT / "workflow" / "schemas"
 
 
 def _load_yaml(path: Path) -> Any:
@@ -39,8 +37,8 @@ def _load_yaml(path: Path) -> Any:
 
 
 def schema(name: str) -> dict[str, Any]:
-    """Return the JSON schema ``workflow/schemas/<name>.schema.yaml``."""
-    return _load_yaml(SCHEMAS / f"{name}.schema.yaml")
+    """Return the JSON schema ``kgate/schemas/<name>.schema.yaml`` (``kgate.paths.schema``)."""
+    return _load_yaml(paths.schema(name))
 
 
 def _key_path(error: jsonschema.ValidationError) -> str:
@@ -133,9 +131,9 @@ def resolve_campaign_path(spec: str) -> Path:
     p = Path(spec).expanduser()
     if p.suffix in (".yaml", ".yml"):
         return p if p.is_absolute() else (Path.cwd() / p)
-    named = ROOT / "config" / "campaigns" / f"{spec}.yaml"
+    named = paths.CAMPAIGNS / f"{spec}.yaml"
     if not named.exists():
-        known = sorted(x.stem for x in (ROOT / "config" / "campaigns").glob("*.yaml"))
+        known = sorted(x.stem for x in paths.CAMPAIGNS.glob("*.yaml"))
         raise ConfigError(f"config key 'campaign': no campaign named '{spec}' (known: {', '.join(known)})")
     return named
 
@@ -171,7 +169,7 @@ def load(spec: str | Path, overrides: dict[str, Any] | None = None) -> Campaign:
 def _check_paths(data: dict[str, Any], path: Path) -> None:
     """Semantic checks the schema cannot express; each names its key."""
     def kgate_path(key: str, value: str, want_dir: bool) -> None:
-        p = ROOT / value
+        p = paths.PROJECT / value
         ok = p.is_dir() if want_dir else p.is_file()
         if not ok:
             raise ConfigError(f"{path}: key '{key}': {'folder' if want_dir else 'file'} '{value}' does not exist")

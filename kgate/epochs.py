@@ -32,10 +32,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kgate import overlay
-from kgate.campaign import ROOT, Campaign
+from kgate import paths
+from kgate.campaign import Campaign
 from kgate.errors import ConfigError, FormatVersionError, ProvenanceMismatch
 from kgate.records import write_json
+from kgate.source import overlay
 
 LEDGER_SCHEMA = "kgate.epochs/1"
 # top-level campaign keys that are not part of the contract
@@ -78,11 +79,11 @@ def contract(c: Campaign) -> Contract:
     d = c.data
     target = json.loads(json.dumps(d["target"]))
     target.get("repo", {}).pop("path", None)
-    suites = [ROOT / s for s in (target.get("pypi") or {}).get("gate_suite") or []]
+    suites = [paths.PROJECT / s for s in (target.get("pypi") or {}).get("gate_suite") or []]
     gate = d["gate"]
     gate_files = [b for s in suites for b in _files(s)]
     if gate.get("cpu_setup"):
-        gate_files += _files(ROOT / gate["cpu_setup"])
+        gate_files += _files(paths.PROJECT / gate["cpu_setup"])
     parts = {
         "target": _h(_json(target)),
         "gate": _h(_json(gate), *gate_files),
@@ -92,19 +93,15 @@ def contract(c: Campaign) -> Contract:
     rest = {k: v for k, v in d.items() if k not in NOT_CONTRACT and k not in ("target", "gate", "fixture", "frozen")}
     extra: list[bytes] = []
     inputs = (d.get("measure") or {}).get("inputs")
-    if inputs and (ROOT / inputs).is_file():
-        extra = _files(ROOT / inputs)
+    if inputs and (paths.PROJECT / inputs).is_file():
+        extra = _files(paths.PROJECT / inputs)
     parts["thresholds"] = _h(_json(rest), *extra)
     return Contract(digest=_h(_json(parts)), parts=parts)
 
 
-def ledger_path(campaign: str) -> Path:
-    return Path("results") / campaign / "epochs.json"
-
-
 def read(campaign: str) -> dict[str, Any] | None:
     """The ledger, or None when no run of this campaign has built its DAG here yet."""
-    p = ledger_path(campaign)
+    p = paths.epochs_ledger(campaign)
     if not p.exists():
         return None
     data = json.loads(p.read_text())
@@ -128,7 +125,7 @@ def open_or_check(c: Campaign, new_epoch: bool) -> dict[str, Any]:
     ledger = read(c.name)
     if ledger is None:
         ledger = _first_ledger(c, cur)
-        write_json(ledger_path(c.name), ledger)
+        write_json(paths.epochs_ledger(c.name), ledger)
         return ledger["epochs"][-1]
     last = ledger["epochs"][-1]
     if last["contract"] == cur.digest:
@@ -137,7 +134,7 @@ def open_or_check(c: Campaign, new_epoch: bool) -> dict[str, Any]:
     if not last["frozen"]:
         last.update(contract=cur.digest, parts=cur.parts, updated_utc=_utc())
         last.setdefault("changed_before_freeze", []).append(changed)
-        write_json(ledger_path(c.name), ledger)
+        write_json(paths.epochs_ledger(c.name), ledger)
         return last
     if not new_epoch:
         raise ConfigError(
@@ -147,7 +144,7 @@ def open_or_check(c: Campaign, new_epoch: bool) -> dict[str, Any]:
     archive(c.name, last["number"])
     entry = _entry(last["number"] + 1, cur, "new_epoch switch", changed)
     ledger["epochs"].append(entry)
-    write_json(ledger_path(c.name), ledger)
+    write_json(paths.epochs_ledger(c.name), ledger)
     return entry
 
 
@@ -162,11 +159,11 @@ def _entry(number: int, cur: Contract, reason: str, changed: list[str]) -> dict[
 
 def archive(campaign: str, number: int) -> Path:
     """Copy the campaign's records (not caches or raw profiles) to results/<campaign>/_epochs/<number>/."""
-    root = Path("results") / campaign
-    dest = root / "_epochs" / str(number)
+    root = paths.campaign_results(campaign)
+    dest = paths.epoch_archive(campaign, number)
     for f in sorted(root.rglob("*")):
         rel = f.relative_to(root)
-        if not f.is_file() or f.name not in ARCHIVED or rel.parts[0] == "_epochs":
+        if not f.is_file() or f.name not in ARCHIVED or f.is_relative_to(dest.parent):
             continue
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(f, dest / rel)
@@ -194,4 +191,4 @@ def mark_frozen(c: Campaign, gpu: str, bench_base: str) -> None:
     if ledger is None:
         ledger = _first_ledger(c, contract(c))
     ledger["epochs"][-1]["frozen"][gpu] = {"bench_base": bench_base, "utc": _utc()}
-    write_json(ledger_path(c.name), ledger)
+    write_json(paths.epochs_ledger(c.name), ledger)

@@ -4,48 +4,78 @@ results/<campaign>/<gpu>/<stage>/[<candidate>/]record.json
 logs/<campaign>/<gpu>/<stage>/[<candidate>/]record.log      (mirrors results)
 work/<campaign>/<gpu>/                                      kgate's clone, worktrees, caches
 reports/<campaign>/<gpu>/                                    the rendered report
-All paths are relative to the kgate repository root (the Snakemake workdir).
+results/<campaign>/epochs.json, results/<campaign>/_epochs/  the epoch ledger and its archives
+work/cache/packages/                                         unpacked PyPI sdists, shared by campaigns
+
+These run paths are relative to the Snakemake workdir (the kgate checkout).
+Two folders are absolute: ``PACKAGE`` (the installed package and the data it
+ships: schemas, ncu metric map, pytest ini, templates) and ``PROJECT`` (the
+checkout holding config/campaigns/, kernels/ and scripts/, against which
+campaign files resolve their overlays, CPU setups and gate suites).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-STAGES = ("target", "baseline_tests", "fixture_freeze", "profile_baseline", "candidate_build", "candidate_gate",
-          "profile_candidate", "bench", "ncu", "model")
-CANDIDATE_STAGES = frozenset({"candidate_build", "candidate_gate", "profile_candidate", "bench", "ncu", "model"})
-#: The gating inputs of each stage: the earlier stages whose records must have passed before it is scheduled
-#: (the report's input walk, workflow/rules/common.smk) or run (``kgate.stage.load_inputs``). Every stage gates
-#: on all stages before it, except ``model``, which gates on the stages up to ``bench`` and not on ``ncu``: the
-#: counters ncu needs are missing on CPU and on many nodes, and the training run does not read ncu's evidence.
-GATING_INPUTS: dict[str, tuple[str, ...]] = {stage: STAGES[:i] for i, stage in enumerate(STAGES)}
-GATING_INPUTS["model"] = STAGES[:STAGES.index("bench") + 1]
-#: Stages that only measure (a baseline, or a candidate already built, scoped and proven correct). In a forced
-#: run (``force=true``) their stop, fail or inconclusive blocks no later stage: the run collects the remaining
-#: evidence (ncu says why a candidate is slower, model whether the loss survives training) while the verdict
-#: stays decided by the first of them and is never GO. A failed integrity or correctness gate (target,
-#: baseline_tests, fixture_freeze, candidate_build, candidate_gate) blocks a forced run as well: measuring a
-#: candidate that is wrong, or outside its scope, is not evidence.
-EVIDENCE_STAGES = frozenset({"profile_baseline", "profile_candidate", "bench", "ncu", "model"})
+from kgate.protocol import CANDIDATE_STAGES
+
+#: The kgate package itself, wherever it is installed; its data files (ncu metric map, pytest ini, report
+#: templates, schemas) ship inside it. ``PACKAGE.parent`` is the folder that holds it, put on the PYTHONPATH of processes that
+#: load kgate's pytest plugins or workers inside a target's worktree.
+PACKAGE = Path(__file__).resolve().parent
+DATA = PACKAGE / "data"
+TEMPLATES = PACKAGE / "report" / "templates"
+#: the JSON schemas (YAML) of campaign files, the workflow config and overlay folders, shipped as package data
+SCHEMAS = PACKAGE / "schemas"
+#: The kgate checkout: the folder holding the package, config/campaigns/, kernels/ and scripts/. Campaign names
+#: and the kgate-relative paths in campaign files (overlays, CPU setups, gate suites, inputs) resolve against it.
+#: Only a checkout (run in place or installed with ``pip install -e .``) has these folders beside the package. A
+#: wheel install ships the package alone: PROJECT is then the folder it is installed in (site-packages), so
+#: named campaigns and relative campaign paths do not resolve there; ``--help``, doctor and the schemas work.
+PROJECT = PACKAGE.parent
+CAMPAIGNS = PROJECT / "config" / "campaigns"
+#: PyPI sdists unpacked once per sha256 (``kgate.source.packages``), relative to the workdir
+PACKAGE_CACHE = Path("work") / "cache" / "packages"
 
 
-def lets_through(stage: str, status: str, force: bool) -> bool:
-    """Whether a record of ``stage`` with ``status`` lets the stages that gate on it run (see EVIDENCE_STAGES)."""
-    if status == "pass":
-        return True
-    if not force:
-        return False
-    return status == "stop" or (stage in EVIDENCE_STAGES and status in ("fail", "inconclusive"))
+def schema(name: str) -> Path:
+    """The schema file ``<name>.schema.yaml`` (campaign, config, overlay)."""
+    return SCHEMAS / f"{name}.schema.yaml"
 
 
-#: the workflow's first rule (``python -m kgate doctor --record``): results/<campaign>/<gpu>/doctor/record.json.
-#: Not a gate of the protocol: a failure is a site error (no record), so it is not in STAGES, the verdict or
-#: the report; ``target`` depends on its record.
-PREFLIGHT = "doctor"
+def campaign_results(campaign: str) -> Path:
+    """results/<campaign>/: every device class's results, the epoch ledger and its archives."""
+    return Path("results") / campaign
+
+
+def results(campaign: str, gpu: str) -> Path:
+    """results/<campaign>/<gpu>/: the records of one campaign on one device class."""
+    return campaign_results(campaign) / gpu
+
+
+def logs(campaign: str, gpu: str) -> Path:
+    """logs/<campaign>/<gpu>/: the stage logs, mirroring :func:`results`."""
+    return Path("logs") / campaign / gpu
+
+
+def epochs_ledger(campaign: str) -> Path:
+    """results/<campaign>/epochs.json (``kgate.epochs``)."""
+    return campaign_results(campaign) / "epochs.json"
+
+
+def epoch_archive(campaign: str, number: int) -> Path:
+    """results/<campaign>/_epochs/<number>/: the records of a closed epoch."""
+    return campaign_results(campaign) / "_epochs" / str(number)
+
+
+def stage_root(campaign: str, gpu: str, stage: str) -> Path:
+    """results/<campaign>/<gpu>/<stage>/: a stage's folder; a candidate stage keeps one folder per candidate in it."""
+    return results(campaign, gpu) / stage
 
 
 def stage_dir(campaign: str, gpu: str, stage: str, candidate: str | None = None) -> Path:
-    base = Path("results") / campaign / gpu / stage
+    base = stage_root(campaign, gpu, stage)
     if stage in CANDIDATE_STAGES:
         if not candidate:
             raise ValueError(f"stage {stage} needs a candidate id")
@@ -79,11 +109,21 @@ def triton_cache(campaign: str, gpu: str, use: str) -> Path:
     (baseline_tests, fixture_freeze, candidate_gate): Triton keys compiled
     kernels and autotune results by kernel source, so the candidate only
     compiles what it changed. Timed stages get one cache per arm."""
-    return work(campaign, gpu) / "triton" / use
+    return triton_root(campaign, gpu) / use
+
+
+def triton_root(campaign: str, gpu: str) -> Path:
+    """work/<campaign>/<gpu>/triton/: the folder of every Triton cache of :func:`triton_cache`."""
+    return work(campaign, gpu) / "triton"
 
 
 def report_dir(campaign: str, gpu: str) -> Path:
     return Path("reports") / campaign / gpu
+
+
+def verdict_file(campaign: str, gpu: str) -> Path:
+    """reports/<campaign>/<gpu>/verdict.json, the report's verdict (``kgate verdict --check``)."""
+    return report_dir(campaign, gpu) / "verdict.json"
 
 
 def branch(campaign: str, arm: str) -> str:

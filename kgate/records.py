@@ -1,7 +1,9 @@
 """Stage records: JSON with a schema version, written atomically.
 
-Every stage writes exactly one record (see docs/architecture.md). Readers
-check the schema version and raise ``FormatVersionError`` on an unknown one.
+Every stage writes exactly one record (see docs/architecture.md); the report
+writes the verdict. The readers here (``read_record``, ``read_verdict``) are
+the only ones: they check the schema version and raise ``FormatVersionError``
+on an unknown one, ``IncompleteData`` on a missing or torn file.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ class Gate:
 
 @dataclass(frozen=True, slots=True)
 class StageResult:
-    """What a stage hands to ``write_record``: status follows from the gates."""
+    """What a stage hands to ``build_record``: status follows from the gates."""
 
     gates: list[Gate]
     data: dict[str, Any] = field(default_factory=dict)
@@ -102,18 +104,29 @@ def _gate_dict(g: Gate) -> dict[str, Any]:
     return d
 
 
-def read_record(path: Path | str) -> dict[str, Any]:
-    """Read a stage record, checking its schema version."""
+def _read_versioned(path: Path | str, schema: str, what: str) -> dict[str, Any]:
+    """Read a JSON file of kgate's, checking that it carries ``schema``; ``what`` names it in errors."""
     p = Path(path)
     try:
         data = json.loads(p.read_text())
     except FileNotFoundError as exc:
-        raise IncompleteData(f"record {p} is missing") from exc
+        raise IncompleteData(f"{what} {p} is missing") from exc
     except json.JSONDecodeError as exc:
-        raise IncompleteData(f"record {p} is not valid JSON: {exc}") from exc
-    if data.get("schema") != STAGE_SCHEMA:
-        raise FormatVersionError(f"record {p} has schema {data.get('schema')!r}, expected {STAGE_SCHEMA}")
+        raise IncompleteData(f"{what} {p} is not valid JSON: {exc}") from exc
+    if not isinstance(data, dict) or data.get("schema") != schema:
+        got = data.get("schema") if isinstance(data, dict) else type(data).__name__
+        raise FormatVersionError(f"{what} {p} has schema {got!r}, expected {schema}")
     return data
+
+
+def read_record(path: Path | str) -> dict[str, Any]:
+    """Read a stage record, checking its schema version."""
+    return _read_versioned(path, STAGE_SCHEMA, "record")
+
+
+def read_verdict(path: Path | str) -> dict[str, Any]:
+    """Read a verdict (``verdict.json``, written by ``kgate report``), checking its schema version."""
+    return _read_versioned(path, VERDICT_SCHEMA, "verdict")
 
 
 def first_provenance(records: Any, key: str) -> dict[str, Any]:

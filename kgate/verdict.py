@@ -10,7 +10,7 @@ run stays a smoke. If every stage that ran passed: on CPU the verdict is SMOKE
 is GO only when every stage of the full protocol has a passing record, else
 INCONCLUSIVE naming the missing evidence. A forced run (past a STOP) keeps
 STOPPED and shows the would-be verdict beside it; its stages after a
-measuring stage's fail are not blocked by it (``paths.lets_through``: the
+measuring stage's fail are not blocked by it (``protocol.lets_through``: the
 run collects the remaining evidence), while a failed integrity or
 correctness gate blocks them in a forced run too. ``--check`` exit codes:
 0 GO, 1 NO-GO or STOPPED, 3 INCONCLUSIVE or SMOKE, 2 error.
@@ -18,17 +18,12 @@ correctness gate blocks them in a forced run too. ``--check`` exit codes:
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
-from kgate import paths
+from kgate import paths, protocol
 from kgate.errors import IncompleteData
-from kgate.records import VERDICT_SCHEMA
+from kgate.records import VERDICT_SCHEMA, read_verdict
 
-#: Every stage the full protocol needs before a GO (pipeline order).
-PROTOCOL = ("target", "baseline_tests", "fixture_freeze", "profile_baseline", "candidate_build", "candidate_gate",
-            "profile_candidate", "bench", "ncu", "model")
 WORD = {"fail": "NO-GO", "stop": "STOPPED", "inconclusive": "INCONCLUSIVE", "unavailable": "INCONCLUSIVE",
         "error": "INCONCLUSIVE"}
 EXIT = {"GO": 0, "NO-GO": 1, "STOPPED": 1, "INCONCLUSIVE": 3, "SMOKE": 3}
@@ -49,7 +44,7 @@ def _fmt(g: dict[str, Any]) -> str:
 
 
 def compute(records: list[dict[str, Any]], *, campaign: str, gpu: str, candidate: str | None,
-            forced: bool = False, implemented: tuple[str, ...] = paths.STAGES) -> dict[str, Any]:
+            forced: bool = False, implemented: tuple[str, ...] = protocol.STAGES) -> dict[str, Any]:
     """Verdict dict (schema kgate.verdict/1) from the records that ran, in order."""
     by_stage = {r["stage"]: r for r in records}
     gates = [{"stage": r["stage"], **g} for r in records for g in r["gates"]]
@@ -57,8 +52,8 @@ def compute(records: list[dict[str, Any]], *, campaign: str, gpu: str, candidate
     decided: dict[str, Any] | None = None
     word = None
     blocker = None
-    hard_blocker = None  # the first gate a forced run does not walk past (paths.lets_through)
-    for stage in PROTOCOL:
+    hard_blocker = None  # the first gate a forced run does not walk past (protocol.lets_through)
+    for stage in protocol.STAGES:
         rec = by_stage.get(stage)
         if rec is not None:
             stages.append({"stage": stage, "status": rec["status"],
@@ -72,7 +67,7 @@ def compute(records: list[dict[str, Any]], *, campaign: str, gpu: str, candidate
                     word = WORD.get(rec["status"], "INCONCLUSIVE")
                     blocker = label
                     sentence = f"{stage}: {_fmt(bad)}" if bad else f"{stage}: {rec['status']}"
-                if not paths.lets_through(stage, rec["status"], True) and hard_blocker is None:
+                if not protocol.lets_through(stage, rec["status"], True) and hard_blocker is None:
                     hard_blocker = label
             continue
         if hard_blocker:
@@ -120,9 +115,9 @@ def compute(records: list[dict[str, Any]], *, campaign: str, gpu: str, candidate
 
 def check(campaign: str, gpu: str) -> int:
     """Exit code for the recorded verdict of ``campaign`` on ``gpu``."""
-    path = paths.report_dir(campaign, gpu) / "verdict.json"
+    path = paths.verdict_file(campaign, gpu)
     if not path.exists():
         raise IncompleteData(f"no verdict at {path}: run the workflow first")
-    data = json.loads(Path(path).read_text())
+    data = read_verdict(path)
     print(f"{data['verdict']}: {data['sentence']}")
     return EXIT[data["verdict"]]

@@ -1,21 +1,25 @@
 """What the Snakefile needs at DAG-build time: validated config and identities.
 
 Runs on the machine that builds the DAG (the login node under Slurm) and
-again inside every job; it only reads (campaign, overlay files, the user's
-clone) and is cheap, so the candidate's identity is recomputed every time.
+again inside every job, and is cheap, so the candidate's identity is
+recomputed every time. It reads the campaign, the overlay files and the
+user's clone, and writes one file: ``resolve`` opens or checks the epoch
+ledger ``results/<campaign>/epochs.json`` (``kgate.epochs.open_or_check``:
+written on the first run, and when the contract changed before a freeze or
+with ``new_epoch=true``, which also archives the records).
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kgate import campaign as campaign_mod
-from kgate import candidate, device, epochs, paths
+from kgate import device, epochs
 from kgate.campaign import Campaign, validate
+from kgate.records import read_record
+from kgate.source import candidate
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,29 +71,4 @@ def _flag(value: bool | str) -> bool:
 
 def status(path: str | Path) -> str:
     """Status of a finished record (read by the report's input function)."""
-    return json.loads(Path(path).read_text())["status"]
-
-
-def gated_walk(status_of: Callable[[str], str], force: bool = False) -> list[str]:
-    """The stages the report's input function asks for, in order (workflow/rules/common.smk).
-
-    ``status_of(stage)`` makes the stage's checkpoint known (Snakemake runs it
-    first) and returns its record's status. A stage is asked for only when
-    every one of its gating inputs (``paths.GATING_INPUTS``) let it through
-    (``paths.lets_through``: passed; or, in a forced run, stopped, or a
-    measuring stage's fail or inconclusive); a record that could not measure
-    (``unavailable``) blocks only the stages that gate on it; any other status
-    ends the walk, so no stage is ever asked for past a failed integrity or
-    correctness gate. Tests: tests/test_model_gates.py.
-    """
-    asked, passed = [], set()
-    for stage in paths.STAGES:
-        if any(s not in passed for s in paths.GATING_INPUTS[stage]):
-            continue
-        asked.append(stage)
-        st = status_of(stage)
-        if paths.lets_through(stage, st, force):
-            passed.add(stage)
-        elif st != "unavailable":
-            break
-    return asked
+    return read_record(path)["status"]

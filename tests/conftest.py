@@ -35,7 +35,7 @@ UNITS: dict[str, tuple[str, ...]] = {
 }
 
 # pytest-xdist sets these in its workers; a gate's own pytest run reads PYTEST_XDIST_WORKER to tell
-# whether it is a worker of *its* xdist session (kgate.interp_plugin), so they must not leak into the
+# whether it is a worker of *its* xdist session (kgate.testrun.interp_plugin), so they must not leak into the
 # processes the tests start (Snakemake, stages, gate runs), as they do not in a serial run.
 for _name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
     os.environ.pop(_name, None)
@@ -75,7 +75,7 @@ class Workflow:
 
 def candidate_id(campaign: str, candidate: str | None = None) -> str:
     from kgate import campaign as campaign_mod
-    from kgate import candidate as candidate_mod
+    from kgate.source import candidate as candidate_mod
     return candidate_mod.identity(campaign_mod.load(campaign, {"candidate": candidate}))
 
 
@@ -125,7 +125,7 @@ def rwkv6_workdir(tmp_path_factory: pytest.TempPathFactory) -> Workflow:
 def fla_sdist() -> Path:
     """The pinned fla-core sdist in the tests' sdist cache (fetched once; safe when workers race)."""
     from kgate import campaign as campaign_mod
-    from kgate.target import fetch_sdist
+    from kgate.source.sdist import fetch_sdist
 
     pin = campaign_mod.load("chunk-local-cumsum-identity").data["target"]["pypi"]
     return fetch_sdist(pin["requirement"], pin["sha256"], SDIST_CACHE)

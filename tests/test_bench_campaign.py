@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import Workflow, candidate_id
 
-from kgate import bench
+from kgate.stages import bench
 
 pytestmark = pytest.mark.campaign
 CAMPAIGN = "rwkv6-bwd-fusion"

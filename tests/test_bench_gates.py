@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from kgate import stats
-from kgate.bench import BenchConfig, RowOutcome, evaluate
+from kgate.gates.bench import BenchConfig, RowOutcome, evaluate
 from kgate.stats import AMBIGUOUS, FAST, SAME, SLOW
 
 CFG = BenchConfig(bar=1.08, class_key="D", classes=(64, 128), resolution=0.02, row_regression_max=0.03,

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from kgate import bench, stats
+from kgate import stats
+from kgate.gates import bench
 
 DATA = Path(__file__).parent / "data"
 #: device-bound rows: the timed span is the kernels' device time

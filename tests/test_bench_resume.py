@@ -1,6 +1,6 @@
 """bench's rounds checkpoint: a killed benchmark resumes at its last finished round.
 
-The driver below is the real round loop (``kgate.bench.run_rounds``) with two
+The driver below is the real round loop (``kgate.stages.bench.run_rounds``) with two
 real workers on the toy target of tests/test_worker.py; only the stage around
 it (campaign, records, worktrees) is left out.
 """
@@ -19,14 +19,17 @@ import pytest
 from conftest import REPO
 from test_worker import toy_env, toy_init, toy_worktree
 
-from kgate import bench
 from kgate.errors import KgateError
+from kgate.measure import checkpoints
 
 DRIVER = '''\
 import json, sys
 from pathlib import Path
-from kgate import bench, measure, stats
-from kgate.measure import Arm, Deadline, Row
+from kgate import stats
+from kgate.stages import bench
+from kgate.measure import telemetry as measure
+from kgate.measure.arms import Arm, Deadline
+from kgate.measure.rows import Row
 
 wt, root, ckpt = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
 env, init = json.loads(sys.argv[4]), json.loads(sys.argv[5])
@@ -99,7 +102,7 @@ class TestLoadCheckpoint:
         """A round cut off by the kill is not a round; the file is rewritten without it."""
         p = tmp_path / "rounds.jsonl"
         self.write(p, "k1", 3, tail='{"kind": "round", "index": 3, "ord')
-        rounds, note = bench.load_checkpoint(p, "k1")
+        rounds, note = checkpoints.load_checkpoint(p, "k1")
         assert [r["index"] for r in rounds] == [0, 1, 2]
         assert note == "resumed after 3 recorded round(s)"
         assert len(p.read_text().splitlines()) == 4
@@ -108,7 +111,7 @@ class TestLoadCheckpoint:
         """Other commits, rows, inputs or device: the old rounds are renamed, never mixed in."""
         p = tmp_path / "rounds.jsonl"
         self.write(p, "old", 2)
-        rounds, note = bench.load_checkpoint(p, "new")
+        rounds, note = checkpoints.load_checkpoint(p, "new")
         assert rounds == [] and note is not None and "another setup" in note
         assert not p.exists() and len(list(tmp_path.glob("rounds.stale-*.jsonl"))) == 1
 
@@ -116,4 +119,4 @@ class TestLoadCheckpoint:
         p = tmp_path / "rounds.jsonl"
         p.write_text('{"kind": "header", "key": "k"}\nnot json\n{"kind": "round", "index": 0}\n')
         with pytest.raises(KgateError, match="line 2 is not JSON"):
-            bench.load_checkpoint(p, "k")
+            checkpoints.load_checkpoint(p, "k")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from kgate import measure
+from kgate.measure import telemetry as measure
 
 FAKE_SMI = '''\
 #!{python}
@@ -67,7 +67,7 @@ def test_cpu_telemetry_is_unavailable_not_invented() -> None:
 
 
 def test_the_exclusivity_gate_reads_every_round() -> None:
-    from kgate.bench import exclusive_gate
+    from kgate.gates.bench import exclusive_gate
 
     clean = [{"index": i, "exclusive": {"checked": True, "foreign": [], "note": None}} for i in range(5)]
     assert exclusive_gate(clean, [{"foreign": [], "note": None}], False, "e").status == "pass"

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, SDIST_CACHE, Workflow, candidate_id, job_state, ran_rules, slurm_up, wait_for
 
-from kgate import paths, slurm
+from kgate import protocol, slurm
 
 DEFAULT = "rwkv6-bwd-fusion"
 SECOND_OP = "chunk-local-cumsum-identity"
@@ -91,12 +91,12 @@ def test_default_campaign_every_compute_stage_is_its_own_slurm_job(tmp_path) -> 
 
     records = stage_records(wf, DEFAULT, cid)
     ran = {s["stage"] for s in verdict["stages"] if s["status"] != "not_run"}
-    assert set(records) == ran | {paths.PREFLIGHT}, (sorted(records), sorted(ran))
+    assert set(records) == ran | {protocol.PREFLIGHT}, (sorted(records), sorted(ran))
     assert {"target", "baseline_tests", "fixture_freeze", "profile_baseline", "candidate_build", "candidate_gate",
             "profile_candidate", "bench"} <= ran, sorted(ran)
     compute = {s: r for s, r in records.items() if not r["provenance"]["local_rule"]}
     local = {s: r for s, r in records.items() if r["provenance"]["local_rule"]}
-    assert {paths.PREFLIGHT, "baseline_tests", "fixture_freeze", "profile_baseline", "candidate_gate",
+    assert {protocol.PREFLIGHT, "baseline_tests", "fixture_freeze", "profile_baseline", "candidate_gate",
             "profile_candidate", "bench"} <= set(compute), sorted(compute)
     assert {"target", "candidate_build"} <= set(local), sorted(local)
     jobs = {s: r["provenance"]["slurm"] for s, r in compute.items()}
@@ -121,10 +121,10 @@ def test_default_campaign_every_compute_stage_is_its_own_slurm_job(tmp_path) -> 
     assert {r["path"] for r in outputs["rows"]} == {"optimized", "fallback"}, outputs["rows"]
 
     # the preflight ran first, on the compute node, in its own job
-    doctor = records[paths.PREFLIGHT]
+    doctor = records[protocol.PREFLIGHT]
     gates = {g["name"]: g for g in doctor["gates"]}
     assert doctor["status"] == "pass" and gates["device_class"]["status"] == "pass"
-    assert gates["compute_node"]["status"] == "pass" and jobs[paths.PREFLIGHT]["job_id"] in gates["compute_node"]["value"]
+    assert gates["compute_node"]["status"] == "pass" and jobs[protocol.PREFLIGHT]["job_id"] in gates["compute_node"]["value"]
     assert gates["slurm_partition"]["status"] == "pass" and "'debug'" in gates["slurm_partition"]["value"]
     assert gates["ncu"]["status"] == gates["gpu_arch"]["status"] == "skip", "a CPU run skips the GPU checks"
     assert doctor["provenance"]["finished_utc"] <= records["target"]["provenance"]["started_utc"]
@@ -154,7 +154,7 @@ def test_scancel_a_running_stage_then_the_same_command_resumes(tmp_path) -> None
             stage_log = tmp_path / "logs" / SECOND_OP / "cpu" / "baseline_tests" / "record.log"
             wait_for(stage_log.exists, 120, "the baseline_tests stage to start in its job")
             assert job_state(job) == "RUNNING"
-            before = {s: snapshot(results / s / "record.json") for s in (paths.PREFLIGHT, "target")}
+            before = {s: snapshot(results / s / "record.json") for s in (protocol.PREFLIGHT, "target")}
             subprocess.run(["scancel", job], check=True, timeout=30)
             rc = proc.wait(timeout=300)
         finally:
@@ -189,7 +189,7 @@ def test_scancel_a_running_stage_then_the_same_command_resumes(tmp_path) -> None
     dry = run(tmp_path, *config, args=("-n",), limit_s=300, name="dry")
     assert dry.returncode == 0 and "Nothing to be done" in dry.stdout + dry.stderr, dry.stdout[-3000:]
     later = time.time() + 60
-    os.utime(results / paths.PREFLIGHT / "record.json", (later, later))
+    os.utime(results / protocol.PREFLIGHT / "record.json", (later, later))
     dry = run(tmp_path, *config, args=("-n",), limit_s=300, name="dry-newer")
     assert dry.returncode == 0 and "Nothing to be done" in dry.stdout + dry.stderr, dry.stdout[-3000:]
     dry = run(tmp_path, *config, args=("-n", "--forcerun", "doctor"), limit_s=300, name="dry-forced")

@@ -1,4 +1,4 @@
-"""Tests of kgate.compare and ``python -m kgate compare``: one campaign side by side across device classes.
+"""Tests of kgate.report.compare and ``python -m kgate compare``: one campaign side by side across device classes.
 
 The records here are synthetic (built below, not measured): one campaign on
 h200, b300 and cpu, with bench rows whose numbers differ per device, so a
@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from kgate import compare
 from kgate.cli import main
 from kgate.errors import FormatVersionError, IncompleteData
 from kgate.records import STAGE_SCHEMA, VERDICT_SCHEMA
+from kgate.report import compare
 
 C = "xarch"
 A, B = "aaaaaaaaaaaa", "bbbbbbbbbbbb"

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from test_gate_runner import spec, tree
 
-from kgate import candidate_gate, gate
+from kgate.stages import candidate_gate
+from kgate.testrun import runner as gate
 
 DEP_TESTS = ("from toy import f\n"
              "def test_uses_f():\n    assert f(1) == 2\n"

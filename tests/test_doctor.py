@@ -17,11 +17,12 @@ from pathlib import Path
 import pytest
 from conftest import Workflow, ran_rules
 
-from kgate import doctor
 from kgate.device import Device
-from kgate.doctor import Check, Proc
 from kgate.records import read_record
+from kgate.site import cluster, common, files, node
+from kgate.site.common import Check, Proc, Site
 from kgate.slurm import slurm_provenance
+from kgate.stages import doctor
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -49,38 +50,38 @@ def ok(out: str) -> Proc:
 
 def test_missing_partition_names_it_and_lists_known_ones():
     run = fake({("sinfo", "-h", "-p"): ok(""), ("sinfo", "-h", "-o", "%P"): ok("debug*\ngpu\n")})
-    c = doctor.check_partition("nope", run, slurm=True)
+    c = cluster.check_partition("nope", run, slurm=True)
     assert c == Check("slurm_partition", "fail", "partition 'nope' does not exist (partitions here: debug, gpu)")
 
 
 def test_partition_down_or_without_usable_nodes():
     run = fake({("sinfo", "-h", "-p"): ok("gpu|down|4|idle\n")})
-    assert "is not up" in doctor.check_partition("gpu", run, slurm=True).message
+    assert "is not up" in cluster.check_partition("gpu", run, slurm=True).message
     run = fake({("sinfo", "-h", "-p"): ok("gpu|up|3|drained\ngpu|up|1|down*\n")})
-    c = doctor.check_partition("gpu", run, slurm=True)
+    c = cluster.check_partition("gpu", run, slurm=True)
     assert c.status == "fail" and "no usable node" in c.message and "3 drained" in c.message
 
 
 def test_partition_up():
     run = fake({("sinfo", "-h", "-p"): ok("gpu|up|2|mixed\ngpu|up|1|drained\n")})
-    assert doctor.check_partition("gpu", run, slurm=True) == Check(
+    assert cluster.check_partition("gpu", run, slurm=True) == Check(
         "slurm_partition", "pass", "partition 'gpu' is up (2 mixed, 1 drained)")
 
 
 def test_partition_default_when_none_given():
     run = fake({("sinfo", "-h", "-o", "%P"): ok("cpu\ngpu*\n"), ("sinfo", "-h", "-p"): ok("gpu|up|1|idle\n")})
-    assert "'gpu'" in doctor.check_partition(None, run, slurm=True).message
+    assert "'gpu'" in cluster.check_partition(None, run, slurm=True).message
 
 
 def test_no_slurm_skips_unless_a_partition_was_asked_for():
-    assert doctor.check_partition(None, fake({}), slurm=False).status == "skip"
-    c = doctor.check_partition("gpu", fake({}), slurm=False, explicit=True)
+    assert cluster.check_partition(None, fake({}), slurm=False).status == "skip"
+    c = cluster.check_partition("gpu", fake({}), slurm=False, explicit=True)
     assert c.status == "fail" and "'gpu'" in c.message
 
 
 def test_sinfo_error_is_one_line():
     run = fake({("sinfo",): Proc(1, "", "slurm_load_partitions: Unable to contact slurm controller (connect failure)\n")})
-    c = doctor.check_partition("gpu", run, slurm=True)
+    c = cluster.check_partition("gpu", run, slurm=True)
     assert c.status == "fail" and "Unable to contact slurm controller" in c.message and "\n" not in c.message
 
 
@@ -91,7 +92,7 @@ def test_sinfo_error_is_one_line():
     ("gpu:b300:4,shard:8", {"b300"}), ("(null)", set()), ("gpu:nvidia_h200:4(S:0),gpu:a100:2", {"nvidia_h200", "a100"}),
 ])
 def test_parse_gres_types(gres, types):
-    assert doctor.parse_gres_types(gres) == types
+    assert cluster.parse_gres_types(gres) == types
 
 
 SINFO_NODES = "n1|gpu:h200:8(S:0-1)|h200,ib\nn2|gpu:h200:8(S:0-1)|h200,ib\n"
@@ -99,18 +100,18 @@ SINFO_NODES = "n1|gpu:h200:8(S:0-1)|h200,ib\nn2|gpu:h200:8(S:0-1)|h200,ib\n"
 
 def test_gpu_model_offered_by_gres_or_feature():
     run = fake({("sinfo", "-h", "-N"): ok(SINFO_NODES)})
-    assert doctor.check_gpu_model("gpu", "h200", None, run=run, slurm=True).status == "pass"
-    assert doctor.check_gpu_model("gpu", "H200", "ib", run=run, slurm=True).status == "pass"
-    c = doctor.check_gpu_model("gpu", "b300", None, run=run, slurm=True)
+    assert cluster.check_gpu_model("gpu", "h200", None, run=run, slurm=True).status == "pass"
+    assert cluster.check_gpu_model("gpu", "H200", "ib", run=run, slurm=True).status == "pass"
+    c = cluster.check_gpu_model("gpu", "b300", None, run=run, slurm=True)
     assert c.status == "fail" and "'b300'" in c.message and "'gpu'" in c.message and "h200" in c.message
-    c = doctor.check_gpu_model("gpu", None, "h200&nvlink", run=run, slurm=True)
+    c = cluster.check_gpu_model("gpu", None, "h200&nvlink", run=run, slurm=True)
     assert c.status == "fail" and "nvlink" in c.message
 
 
 def test_gpu_partition_without_gpus():
     run = fake({("sinfo", "-h", "-N"): ok("c1|(null)|cpu\n")})
-    assert doctor.check_gpu_model("cpu", None, None, require_gpu=True, run=run, slurm=True).status == "fail"
-    assert doctor.check_gpu_model("cpu", None, None, run=run, slurm=True).status == "skip"
+    assert cluster.check_gpu_model("cpu", None, None, require_gpu=True, run=run, slurm=True).status == "fail"
+    assert cluster.check_gpu_model("cpu", None, None, run=run, slurm=True).status == "skip"
 
 
 
@@ -121,63 +122,63 @@ def config(storage: str, min_age: str) -> Proc:
 
 def test_sacct_without_accounting_fails_with_the_fix():
     run = fake({("scontrol",): config("accounting_storage/none", "300 sec")})
-    c = doctor.check_status_polling("sacct", run=run, slurm=True)
+    c = cluster.check_status_polling("sacct", run=run, slurm=True)
     assert c.status == "fail" and "--slurm-status-command squeue" in c.message
 
 
 def test_sacct_with_accounting():
     run = fake({("scontrol",): config("accounting_storage/slurmdbd", "300 sec"), ("sacct",): ok("")})
-    assert doctor.check_status_polling(None, run=run, slurm=True).status == "pass"
+    assert cluster.check_status_polling(None, run=run, slurm=True).status == "pass"
 
 
 def test_squeue_needs_min_job_age():
     run = fake({("scontrol",): config("accounting_storage/none", "300 sec")})
-    assert doctor.check_status_polling("squeue", 5, run=run, slurm=True).status == "pass"
+    assert cluster.check_status_polling("squeue", 5, run=run, slurm=True).status == "pass"
     run = fake({("scontrol",): config("accounting_storage/none", "60 sec")})
-    c = doctor.check_status_polling("squeue", 40, run=run, slurm=True)
+    c = cluster.check_status_polling("squeue", 40, run=run, slurm=True)
     assert c.status == "fail" and "120" in c.message and "hangs without accounting" in c.message
 
 
 
 
 def test_target_path(tmp_path):
-    assert doctor.check_target_path(None).status == "skip"
-    assert doctor.check_target_path(str(tmp_path)).status == "pass"
-    c = doctor.check_target_path(str(tmp_path / "missing"))
+    assert files.check_target_path(None).status == "skip"
+    assert files.check_target_path(str(tmp_path)).status == "pass"
+    c = files.check_target_path(str(tmp_path / "missing"))
     assert c.status == "fail" and "missing" in c.message
 
 
 def test_caches(tmp_path):
-    assert doctor.check_caches([str(tmp_path / "a" / "b")]).status == "pass"
+    assert files.check_caches([str(tmp_path / "a" / "b")]).status == "pass"
     (tmp_path / "file").write_text("x")
-    c = doctor.check_caches([str(tmp_path / "file" / "sub")])
+    c = files.check_caches([str(tmp_path / "file" / "sub")])
     assert c.status == "fail" and "file/sub" in c.message
 
 
 def test_gpu_checks_skip_on_cpu_and_fail_when_required():
     cpu = (False, "cpu")
-    assert doctor.check_ncu(gpu=cpu).status == "skip"
-    assert doctor.check_gpu_arch(gpu=cpu).status == "skip"
-    assert doctor.check_ncu(gpu=cpu, require_gpu=True).status == "fail"
-    assert doctor.check_gpu_arch(gpu=cpu, require_gpu=True).status == "fail"
+    assert node.check_ncu(gpu=cpu).status == "skip"
+    assert node.check_gpu_arch(gpu=cpu).status == "skip"
+    assert node.check_ncu(gpu=cpu, require_gpu=True).status == "fail"
+    assert node.check_gpu_arch(gpu=cpu, require_gpu=True).status == "fail"
 
 
 def test_gpu_arch_failure_is_reported(monkeypatch):
     run = fake({(sys.executable,): Proc(1, "", "Traceback ...\nRuntimeError: no kernel image is available\n")})
-    c = doctor.check_gpu_arch(gpu=(True, "NVIDIA B300"), run=run)
+    c = node.check_gpu_arch(gpu=(True, "NVIDIA B300"), run=run)
     assert c.status == "fail" and "no kernel image" in c.message and "B300" in c.message
 
 
 def test_profiles_carry_the_site_facts():
-    site = doctor.read_profile(REPO / "profiles" / "slurm")
+    site = common.read_profile(REPO / "profiles" / "slurm")
     res = site["default-resources"]
     assert res["slurm_partition"] == "gpu" and res["gpu_model"] == "h200"
     assert site["slurm-status-command"] == "sacct"
-    local = doctor.read_profile(REPO / "profiles" / "slurm-local")
+    local = common.read_profile(REPO / "profiles" / "slurm-local")
     assert local["default-resources"]["slurm_partition"] == "debug"
     assert local["slurm-status-command"] == "squeue"
     for prof in ("slurm", "slurm-local", "local"):
-        res = doctor.read_profile(REPO / "profiles" / prof)["default-resources"]
+        res = common.read_profile(REPO / "profiles" / prof)["default-resources"]
         assert res["runtime"] == "120" and res["test_timeout_s"] == "900" and res["gpu"] == "0"
 
 
@@ -258,12 +259,12 @@ def test_cluster_wrong_gpu_model_and_missing_target(tmp_path):
 @pytest.mark.slurm
 @needs_cluster
 def test_cluster_status_command_matches_accounting(tmp_path):
-    conf = doctor.parse_scontrol_config(subprocess.run(["scontrol", "show", "config"], capture_output=True,
+    conf = cluster.parse_scontrol_config(subprocess.run(["scontrol", "show", "config"], capture_output=True,
                                                        text=True, timeout=30).stdout)
     accounting = not conf.get("AccountingStorageType", "").endswith("/none")
-    c = doctor.check_status_polling("sacct", 30)
+    c = cluster.check_status_polling("sacct", 30)
     assert c.status == ("pass" if accounting else "fail"), c.message
-    assert doctor.check_status_polling("squeue", 5).status == "pass"
+    assert cluster.check_status_polling("squeue", 5).status == "pass"
 
 
 # --- the preflight: the workflow's first rule (python -m kgate doctor --record) ---
@@ -282,7 +283,7 @@ def by_name(checks) -> dict[str, Check]:
 
 def test_preflight_outside_slurm_runs_no_slurm_command_and_skips_gpu_checks_on_cpu(tmp_path):
     run = fake({})
-    site = doctor.Site(preflight=True, expected_class="cpu", cache_dirs=(str(tmp_path / "c"),))
+    site = Site(preflight=True, expected_class="cpu", cache_dirs=(str(tmp_path / "c"),))
     checks = by_name(doctor.run_checks(site, run, job=NO_JOB, dev=CPU))
     assert run.calls == [], "a local executor's preflight asks Slurm nothing"
     for name in ("slurm_partition", "slurm_gpu", "slurm_status", "compute_node", "ncu", "gpu_arch"):
@@ -292,11 +293,11 @@ def test_preflight_outside_slurm_runs_no_slurm_command_and_skips_gpu_checks_on_c
 
 
 def test_preflight_in_a_gpu_job_checks_its_own_partition_without_a_nested_job(tmp_path, monkeypatch):
-    monkeypatch.setattr(doctor, "have_slurm", lambda: True)
-    monkeypatch.setattr(doctor, "find_ncu", lambda: None)
+    monkeypatch.setattr(cluster, "have_slurm", lambda: True)
+    monkeypatch.setattr(node, "find_ncu", lambda: None)
     run = fake({("sinfo", "-h", "-p"): ok("gpu|up|2|mixed\n"), ("sinfo", "-h", "-N"): ok(SINFO_NODES),
                 (sys.executable,): ARCH_OK})
-    site = doctor.Site(preflight=True, expected_class="h200", cache_dirs=(str(tmp_path / "c"),))
+    site = Site(preflight=True, expected_class="h200", cache_dirs=(str(tmp_path / "c"),))
     checks = by_name(doctor.run_checks(site, run, job=IN_JOB, dev=H200))
     assert checks["slurm_partition"].status == "pass" and "'gpu'" in checks["slurm_partition"].message
     assert checks["slurm_gpu"].status == "pass", "a GPU class needs a partition with GPUs"
@@ -310,7 +311,7 @@ def test_preflight_in_a_gpu_job_checks_its_own_partition_without_a_nested_job(tm
 
 
 def test_preflight_device_class_mismatch_fails_and_requires_the_gpu(tmp_path):
-    site = doctor.Site(preflight=True, expected_class="h200", cache_dirs=(str(tmp_path / "c"),))
+    site = Site(preflight=True, expected_class="h200", cache_dirs=(str(tmp_path / "c"),))
     checks = by_name(doctor.run_checks(site, fake({}), job=NO_JOB, dev=CPU))
     assert checks["device_class"].status == "fail" and "--config gpu=cpu" in checks["device_class"].message
     assert checks["ncu"].status == checks["gpu_arch"].status == "fail"
@@ -334,7 +335,7 @@ def test_preflight_writes_a_stage_record(tmp_path):
 
 
 def test_preflight_failure_names_every_failed_check_and_writes_no_record(tmp_path, monkeypatch):
-    monkeypatch.setattr(doctor, "find_ncu", lambda: "/opt/nvidia/ncu")
+    monkeypatch.setattr(node, "find_ncu", lambda: "/opt/nvidia/ncu")
     denied = "==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU Performance Counters"
     run = fake({("/opt/nvidia/ncu", "--version"): ok("Version 2025.3.0.0 (build 36273991)\n"),
                 ("/opt/nvidia/ncu",): Proc(1, denied + "\n", ""),
@@ -356,7 +357,7 @@ def test_preflight_failure_names_every_failed_check_and_writes_no_record(tmp_pat
 def test_preflight_with_blocked_counters_runs_and_records_ncu_unavailable(tmp_path, monkeypatch, capsys):
     """ERR_NVGPUCTRPERM (a cluster without counter access): the preflight passes, says the verdict cannot be
     GO, and its record keeps ncu as unavailable."""
-    monkeypatch.setattr(doctor, "find_ncu", lambda: "/opt/nvidia/ncu")
+    monkeypatch.setattr(node, "find_ncu", lambda: "/opt/nvidia/ncu")
     denied = "==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU Performance Counters"
     run = fake({("/opt/nvidia/ncu", "--version"): ok("Version 2025.3.0.0 (build 36273991)\n"),
                 ("/opt/nvidia/ncu",): Proc(1, denied + "\n", ""), (sys.executable,): ARCH_OK})

@@ -103,7 +103,7 @@ def test_fixture_edited_after_freeze_needs_a_new_epoch(tmp_path: Path) -> None:
 
 
 def test_report_lists_every_epoch_and_its_records() -> None:
-    from kgate.report import epoch_rows
+    from kgate.report.page import epoch_rows
 
     ledger = {"epochs": [
         {"number": 1, "reason": "first run", "changed": [], "opened_utc": "t1", "contract": "aa",

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from kgate import gate
 from kgate.errors import ConfigError, KgateError, ProvenanceMismatch
+from kgate.testrun import runner as gate
 
 
 def tree(tmp_path: Path, files: dict[str, str]) -> Path:
@@ -171,7 +171,7 @@ def _interrupted(tmp_path: Path, workers: int) -> tuple[Path, Path, Path]:
     subprocess.run(["git", "-C", str(root), "-c", "user.name=k", "-c", "user.email=k@k", "commit", "-qm", "toy"],
                    check=True)
     slow.write_text("")
-    script = (f"from pathlib import Path\nfrom kgate import gate\nimport test_gate_runner as t\n"
+    script = (f"from pathlib import Path\nfrom kgate.testrun import runner as gate\nimport test_gate_runner as t\n"
               f"gate.run(t.spec(workers={workers}), Path({str(root)!r}), Path({str(tmp_path / 'out')!r}), "
               f"Path({str(tmp_path / 'cache')!r}), tag='t')\n")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).parent), *sys.path]))

@@ -1,4 +1,4 @@
-"""The host-ahead hold of bench's GPU timer (kgate.host_ahead): its sizing, its adaptation and its rate.
+"""The host-ahead hold of bench's GPU timer (kgate.measure.host_ahead): its sizing, its adaptation and its rate.
 
 The spin kernel and the event query run only on a GPU; what decides how long the GPU is held is plain
 arithmetic and is tested here, with the bench record's per-row summary of the samples that were ahead.
@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kgate.bench import TIMER_METHODS, behind_note, host_ahead_share
-from kgate.host_ahead import GIVE_UP, Hold, cycles_per_ms
+from kgate.gates.bench import behind_note, host_ahead_share
+from kgate.measure.host_ahead import GIVE_UP, Hold, cycles_per_ms
+from kgate.stages.bench import TIMER_METHODS
 
 
 def test_the_first_hold_covers_the_hosts_enqueue_time_within_its_floor_and_cap() -> None:
@@ -58,7 +59,7 @@ def test_spin_cycles_follow_the_calibrated_rate() -> None:
 
 
 def test_every_timer_setting_has_its_method_in_the_record() -> None:
-    schema = yaml.safe_load((Path(__file__).parents[1] / "workflow" / "schemas" / "campaign.schema.yaml").read_text())
+    schema = yaml.safe_load((Path(__file__).parents[1] / "kgate" / "schemas" / "campaign.schema.yaml").read_text())
     timer = schema["properties"]["bench"]["properties"]["timer"]
     assert set(timer["enum"]) | {"cpu"} == set(TIMER_METHODS) and timer["default"] in TIMER_METHODS
 
@@ -89,7 +90,7 @@ def test_the_record_counts_held_samples_per_arm_across_rounds() -> None:
 
 
 def test_the_report_names_the_timer_and_how_often_the_host_kept_ahead() -> None:
-    from kgate.report_bench import _timer
+    from kgate.report.sections.bench import _timer
 
     rows = [{"host_ahead": {"base": {"ahead": 40, "samples": 40}, "cand": {"ahead": 37, "samples": 40}}},
             {"host_ahead": None}]
@@ -204,9 +205,10 @@ def held_worker(gpu: SimulatedGPU, monkeypatch: pytest.MonkeyPatch):
     """A worker whose torch is the simulated GPU and whose host clock (``perf_counter``) is the simulation's."""
     import time
 
-    from kgate import worker as w
+    from kgate.measure import worker as w
+    from kgate.measure import worker_timing
 
-    monkeypatch.setattr(w, "time", type("clock", (), {"perf_counter": staticmethod(lambda: gpu.host / 1e3),
+    monkeypatch.setattr(worker_timing, "time", type("clock", (), {"perf_counter": staticmethod(lambda: gpu.host / 1e3),
                                                       "time": staticmethod(time.time)}))
     wk = w.Worker("base")
     wk.s.torch, wk.s.cuda = gpu, True
@@ -328,7 +330,7 @@ def test_the_sync_hooks_patch_torchs_tensor_methods_and_restore_them() -> None:
     own again (inherited, not left as attributes of torch.Tensor)."""
     import torch
 
-    from kgate.host_ahead import around_syncs
+    from kgate.measure.host_ahead import around_syncs
 
     class OnCuda(torch.Tensor):
         is_cuda = property(lambda self: True)

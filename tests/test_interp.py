@@ -1,4 +1,4 @@
-"""Tests of kgate.interp (the Triton interpreter shim) and kgate.interp_plugin.
+"""Tests of kgate.testrun.interp (the Triton interpreter shim) and kgate.testrun.interp_plugin.
 
 ``install()`` must run before Triton is imported and patches Triton's classes
 for the rest of the process, so every test that runs Triton code does it in a
@@ -25,8 +25,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from kgate import interp
 from kgate.errors import KgateError
+from kgate.testrun import interp
 
 REPO = Path(__file__).resolve().parent.parent
 HAVE_TRITON = all(importlib.util.find_spec(name) is not None for name in ("triton", "torch", "numpy"))
@@ -36,7 +36,7 @@ KERNELS = textwrap.dedent('''
     import json
     import sys
 
-    from kgate import interp
+    from kgate.testrun import interp
 
     record = interp.install(autotune_policy=sys.argv[1])
     import torch
@@ -293,7 +293,7 @@ class TestInstall:
         """Triton imported without the interpreter makes install() fail with a clear message."""
         code = textwrap.dedent('''
             import triton
-            from kgate import interp
+            from kgate.testrun import interp
             try:
                 interp.install()
             except interp.KgateError as exc:
@@ -306,7 +306,7 @@ class TestInstall:
         code = textwrap.dedent('''
             import importlib.metadata, json, sys
             importlib.metadata.version = lambda name: "3.5.1"
-            from kgate import interp
+            from kgate.testrun import interp
             try:
                 interp.install()
             except interp.KgateError as exc:
@@ -395,7 +395,7 @@ PLUGIN_SETUP = textwrap.dedent('''
 
 
 def _pytest(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "pytest", "-p", "kgate.interp_plugin", "-p", "no:cacheprovider", *args]
+    cmd = [sys.executable, "-m", "pytest", "-p", "kgate.testrun.interp_plugin", "-p", "no:cacheprovider", *args]
     return subprocess.run(cmd, cwd=cwd, env=_env(), capture_output=True, text=True, timeout=600)
 
 

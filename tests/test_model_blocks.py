@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from kgate import measure
-from kgate.model import ModelSpec, run_blocks
-from kgate.model_gates import ModelThresholds
+from kgate.gates.model import ModelThresholds
+from kgate.measure import coordinator as measure
+from kgate.stages.model import ModelSpec, run_blocks
 
 RUN = {"config": {}, "layers": 1, "batch": 1, "seq_len": 8, "varlen_sequences": 2, "warmup_steps": 1,
        "steps_per_block": 2}
@@ -93,8 +93,8 @@ def test_the_stage_refuses_to_run_without_a_passed_bench_unless_calibrating() ->
 
     from kgate import campaign
     from kgate.errors import IncompleteData
-    from kgate.model import run
-    from kgate.stage import Context
+    from kgate.stages.common import Context
+    from kgate.stages.model import run
 
     ctx = Context(campaign=campaign.load("rwkv6-bwd-fusion"), gpu="cpu", candidate="0123456789ab",
                   args=argparse.Namespace(stage="model", calibration=False), device={},

@@ -6,10 +6,11 @@ import math
 
 import pytest
 
-from kgate import campaign, model_gates, paths
-from kgate.model import ModelSpec, load_spec
-from kgate.model_gates import ModelThresholds, decide_all, describe, evaluate, gate_workload, should_stop
-from kgate.workflow import gated_walk
+from kgate import campaign, paths, protocol
+from kgate.gates import model as model_gates
+from kgate.gates.model import ModelThresholds, decide_all, describe, evaluate, gate_workload, should_stop
+from kgate.protocol import gated_walk
+from kgate.stages.model import ModelSpec, load_spec
 
 STEPS = 4
 TOKENS = 4096
@@ -167,8 +168,8 @@ def walk(statuses: dict[str, str], force: bool = False) -> list[str]:
 def test_the_walk_reaches_model_past_an_unavailable_ncu() -> None:
     """ncu unavailable (CPU, no counters) blocks nothing: model gates on bench and is asked for."""
     assert walk({"ncu": "unavailable"})[-2:] == ["ncu", "model"]
-    assert paths.GATING_INPUTS["model"] == paths.STAGES[:paths.STAGES.index("bench") + 1]
-    assert "ncu" not in paths.GATING_INPUTS["model"]
+    assert protocol.GATING_INPUTS["model"] == protocol.STAGES[:protocol.STAGES.index("bench") + 1]
+    assert "ncu" not in protocol.GATING_INPUTS["model"]
 
 
 @pytest.mark.parametrize("bad", ["fail", "stop", "inconclusive"])
@@ -176,14 +177,14 @@ def test_the_walk_reaches_model_past_an_unavailable_ncu() -> None:
 def test_no_stage_is_asked_for_past_a_failed_gate(bad: str, at: str) -> None:
     """A failed gate anywhere ends the walk: the model stage is never scheduled after it, not even after ncu."""
     asked = walk({at: bad})
-    assert asked[-1] == at and asked == list(paths.STAGES[: paths.STAGES.index(at) + 1])
+    assert asked[-1] == at and asked == list(protocol.STAGES[: protocol.STAGES.index(at) + 1])
 
 
 @pytest.mark.parametrize("bad", ["fail", "inconclusive"])
 def test_a_forced_walk_goes_past_a_measured_fail_not_past_a_failed_correctness_gate(bad: str) -> None:
     """Force collects the remaining evidence past a measuring stage's fail; a wrong candidate is never measured."""
     assert walk({"bench": bad}, force=True)[-2:] == ["ncu", "model"]
-    assert walk({"profile_candidate": bad, "bench": bad}, force=True) == list(paths.STAGES)
+    assert walk({"profile_candidate": bad, "bench": bad}, force=True) == list(protocol.STAGES)
     for at in ("fixture_freeze", "candidate_build", "candidate_gate"):
         assert walk({at: bad}, force=True)[-1] == at
 
@@ -191,7 +192,7 @@ def test_a_forced_walk_goes_past_a_measured_fail_not_past_a_failed_correctness_g
 def test_an_unavailable_bench_blocks_model_and_a_forced_stop_walks_on() -> None:
     """unavailable blocks exactly the stages that gate on it; a forced run walks past a stop."""
     assert "model" not in walk({"bench": "unavailable"}) and "ncu" not in walk({"bench": "unavailable"})
-    assert walk({"profile_baseline": "stop"}, force=True) == list(paths.STAGES)
+    assert walk({"profile_baseline": "stop"}, force=True) == list(protocol.STAGES)
     assert walk({"profile_baseline": "stop"})[-1] == "profile_baseline"
 
 
@@ -207,7 +208,7 @@ def test_inconsistent_model_settings_fail_at_load_naming_the_key(tmp_path, chang
 
     from kgate.errors import ConfigError
 
-    data = yaml.safe_load((campaign.ROOT / "config/campaigns/rwkv6-bwd-fusion.yaml").read_text())
+    data = yaml.safe_load((paths.PROJECT / "config/campaigns/rwkv6-bwd-fusion.yaml").read_text())
     data["model"]["cpu"].update(change)
     path = tmp_path / "rwkv6-bwd-fusion.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))

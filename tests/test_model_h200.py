@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from kgate import stats
-from kgate.model_gates import ModelThresholds, decide_all, evaluate
+from kgate.gates.model import ModelThresholds, decide_all, evaluate
 
 DATA = Path(__file__).parent / "data" / "model"
 

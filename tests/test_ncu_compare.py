@@ -18,8 +18,9 @@ import pytest
 import yaml
 from conftest import REPO
 
-from kgate import ncu_compare, ncu_parse
-from kgate.ncu_compare import Regexes, Thresholds
+from kgate.gates import ncu as ncu_compare
+from kgate.gates.ncu import Regexes, Thresholds
+from kgate.ncu import parse as ncu_parse
 
 STEM = REPO / "tests" / "data" / "ncu" / "chunk_rwkv6_bwd_B4_T2048_H16_D128"
 INTRA, INTER, FUSED = "chunk_rwkv6_bwd_kernel_intra", "chunk_rwkv6_bwd_kernel_inter", "chunk_rwkv6_bwd_kernel_fused"

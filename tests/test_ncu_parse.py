@@ -10,8 +10,8 @@ import pytest
 import yaml
 from conftest import REPO
 
-from kgate import ncu_parse
 from kgate.errors import IncompleteData
+from kgate.ncu import parse as ncu_parse
 
 DATA = REPO / "tests" / "data" / "ncu"
 STEM = DATA / "chunk_rwkv6_bwd_B4_T2048_H16_D128"

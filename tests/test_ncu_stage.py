@@ -26,10 +26,14 @@ import pytest
 import yaml
 from conftest import REPO
 
-from kgate import campaign, measure, ncu, ncu_export, ncu_parse, report, verdict
+from kgate import campaign, protocol, report, verdict
 from kgate.errors import ConfigError, KgateError
+from kgate.measure import rows as measure
+from kgate.ncu import export as ncu_export
+from kgate.ncu import parse as ncu_parse
 from kgate.records import build_record
-from kgate.stage import Context
+from kgate.stages import ncu
+from kgate.stages.common import Context
 
 DATA = REPO / "tests" / "data" / "ncu"
 STEM = DATA / "chunk_rwkv6_bwd_B4_T2048_H16_D128"
@@ -81,7 +85,7 @@ def identity_only_raw(source: Path) -> str:
 
 
 class StandInTelemetry:
-    """What kgate.measure.Telemetry answers, without a GPU."""
+    """What kgate.measure.telemetry.Telemetry answers, without a GPU."""
 
     def __init__(self, uuid: str | None, cpu: bool) -> None:
         self.method = "stand-in"
@@ -152,7 +156,7 @@ def test_the_commands_are_the_protocols_passes_with_kgates_range_and_filter() ->
                      "--cache-control all", "--export /r/B4/base.full", "--log-file /r/B4/base.full.ncu.log"):
             assert flag in text, flag
         assert cmd[cmd.index("--kernel-name") + 1] == f"regex:{kf}"
-        assert cmd[-9:-6] == [sys.executable, "-m", "kgate.ncu_target"]
+        assert cmd[-9:-6] == [sys.executable, "-m", "kgate.ncu.target"]
     rx = re.compile(kf)
     assert all(rx.search(k) for k in ("chunk_rwkv6_bwd_kernel_intra", "chunk_rwkv6_bwd_kernel_inter",
                                       "chunk_rwkv6_bwd_kernel_fused"))
@@ -189,7 +193,7 @@ def test_on_cpu_the_stage_records_unavailable_with_the_commands_it_would_run() -
 def test_unavailable_on_a_gpu_is_inconclusive_never_go() -> None:
     result = ncu.unavailable("ncu cannot read the GPU's counters: ERR_NVGPUCTRPERM", {})
     others = [build_record(stage=s, campaign=CAMPAIGN, gpu="h200", candidate=CID, result=_passing(), provenance={})
-              for s in verdict.PROTOCOL if s not in ("ncu", "model")]
+              for s in protocol.STAGES if s not in ("ncu", "model")]
     v = verdict.compute(others + [record_of(result)], campaign=CAMPAIGN, gpu="h200", candidate=CID)
     assert v["verdict"] == "INCONCLUSIVE" and v["decided_by"] == {"stage": "ncu", "gate": "ncu_counters"}
     assert "ERR_NVGPUCTRPERM" in record_of(result)["reasons"][0]
@@ -234,7 +238,7 @@ def test_a_baseline_kernel_regex_that_matches_nothing_is_an_error(standin, monke
 
 def test_a_missing_ncu_is_unavailable(standin, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KGATE_NCU", "")
-    monkeypatch.setattr("kgate.doctor.find_ncu", lambda: None)
+    monkeypatch.setattr("kgate.stages.ncu.find_ncu", lambda: None)
     result = ncu.run(context())
     assert result.status == "unavailable" and "ncu (Nsight Compute) not found" in result.gates[0].detail
 
@@ -343,14 +347,14 @@ def test_ncu_export_writes_the_stages_csvs_for_tests_data(standin) -> None:
 
 
 def test_the_profiled_process_reports_a_target_failure_as_the_arms_own(tmp_path: Path) -> None:
-    """`python -m kgate.ncu_target` (what ncu runs): an arm whose callable does not import writes a `target`
+    """`python -m kgate.ncu.target` (what ncu runs): an arm whose callable does not import writes a `target`
     failure to its result file and exits 0; the stage reads it (a candidate's failure is data)."""
     request = {"init": {"callable": "no_such_module_kgate:fn", "inputs_file": str(
         REPO / "kernels" / "rwkv6_bwd_fused" / "bench_inputs.py"), "dtype": "float32", "seed": 0, "differentiate": [0],
         "cpu": False, "cpu_setup": None, "flush_bytes": None, "env_record": []}, "row": {"name": "r"}, "mode": "fwdbwd",
         "warm_calls": 1}
     (tmp_path / "r.request.json").write_text(json.dumps(request))
-    proc = subprocess.run([sys.executable, "-m", "kgate.ncu_target", "--arm", "cand", "--request", "r.request.json",
+    proc = subprocess.run([sys.executable, "-m", "kgate.ncu.target", "--arm", "cand", "--request", "r.request.json",
                            "--result", "r.result.json"], cwd=tmp_path, capture_output=True, text=True, timeout=300,
                           env={**os.environ, "PYTHONPATH": str(REPO)})
     assert proc.returncode == 0 and proc.stdout == "", proc.stderr[-2000:]
@@ -371,8 +375,8 @@ def test_the_workflow_runs_ncu_after_bench_and_a_cpu_run_stays_smoke(tmp_path: P
             "device": {"class": "cpu", "name": "cpu", "interpreter": True}}
     # "doctor": the workflow's preflight record, which the first stage takes as input; "model" gates on bench,
     # not on ncu, so the walk asks for it after ncu's unavailable record (here it is written, nothing trained)
-    for stage in ("doctor", *paths.STAGES[:paths.STAGES.index("ncu")], "model"):
-        cand = cid if stage in paths.CANDIDATE_STAGES else None
+    for stage in ("doctor", *protocol.STAGES[:protocol.STAGES.index("ncu")], "model"):
+        cand = cid if stage in protocol.CANDIDATE_STAGES else None
         rec = build_record(stage=stage, campaign=CAMPAIGN, gpu="cpu", candidate=cand, provenance=prov,
                            result=StageResult(gates=[Gate(f"{stage}_ok", "holds", "ok", "pass")]))
         write_json(tmp_path / paths.record(CAMPAIGN, "cpu", stage, cand), rec)

@@ -1,8 +1,8 @@
-"""kgate.numerics: explicit numeric settings a diff adds or removes, as a multiset."""
+"""kgate.source.numerics: explicit numeric settings a diff adds or removes, as a multiset."""
 
 from __future__ import annotations
 
-from kgate import numerics
+from kgate.source import numerics
 
 BASE = '''
 @triton.jit

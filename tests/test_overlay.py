@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from kgate import overlay
 from kgate.errors import ConfigError
+from kgate.source import overlay
 
 
 def make(tmp_path: Path, edits: str, files: dict[str, str], applies: str = '["*"]') -> Path:

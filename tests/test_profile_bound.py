@@ -13,11 +13,19 @@ from pathlib import Path
 
 import pytest
 
-from kgate import campaign, measure
-from kgate.measure import Row
-from kgate.profile_baseline import analyse, attribute_temporaries, bound_gate, kernel_table, plausibility, structural_gates
-from kgate.profile_candidate import candidate_gates, class_resources, hidden_kernels, pair_gate, pair_row
-from kgate.worker import occupancy
+from kgate import campaign
+from kgate.measure import rows as measure
+from kgate.measure.rows import Row
+from kgate.measure.worker import occupancy
+from kgate.stages.profile_baseline import (
+    analyse,
+    attribute_temporaries,
+    bound_gate,
+    kernel_table,
+    plausibility,
+    structural_gates,
+)
+from kgate.stages.profile_candidate import candidate_gates, class_resources, hidden_kernels, pair_gate, pair_row
 
 SPEC = measure.load_spec(campaign.load("rwkv6-bwd-fusion"), "h200")
 ROW = Row("B8_T2048_H16_D64", "dense", {"name": "B8_T2048_H16_D64", "B": 8, "T": 2048, "H": 16, "D": 64})
@@ -223,7 +231,7 @@ def test_a_campaign_without_a_measure_section_measures_nothing(gpu: str, status:
     """No measure section: nothing is timed; a CPU smoke goes on, a GPU run can never be GO on it."""
     from types import SimpleNamespace
 
-    from kgate.profile_baseline import not_measured
+    from kgate.measure.profile import not_measured
 
     assert measure.load_spec(campaign.load("chunk-local-cumsum-identity"), gpu) is None
     result = not_measured(SimpleNamespace(gpu=gpu), "bench")  # type: ignore[arg-type]

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from conftest import REPO, candidate_id
 
-from kgate import stage
 from kgate.errors import IncompleteData
+from kgate.stages import common as stage
 
 CAMPAIGN = "rwkv6-bwd-fusion"
 

@@ -20,9 +20,14 @@ from urllib.parse import unquote
 
 import pytest
 
-from kgate import report
+from kgate import protocol, report
 from kgate import verdict as verdict_mod
 from kgate.errors import FormatVersionError, IncompleteData
+from kgate.report.format import STATUS_LABELS, clean, format_value, md_code, md_escape
+from kgate.report.generic import fold_large
+from kgate.report.links import evidence_href
+from kgate.report.page import SENTENCE_HEAD, VERDICTS
+from kgate.report.svg import nice_ticks, svg_bar_chart, svg_interval_plot, svg_series_plot
 
 DATA = Path(__file__).parent / "data" / "records"
 OUT = Path(__file__).parent / "_out"
@@ -193,7 +198,7 @@ class TestRender:
         gate = next(g for g in verdict["gates"] if (g["stage"], g["name"]) == (decided["stage"], decided["gate"]))
         header = rendered["html"].split('<h2 id="gates">')[0]
         assert f"{decided['stage']} / {decided['gate']}" in Page(header).text
-        assert report.format_value(gate["value"], gate.get("unit")) in Page(header).text
+        assert format_value(gate["value"], gate.get("unit")) in Page(header).text
         decisive_rows = [cells for cls, cells in page.rows if cls == "gates" and "(decided)" in cells[1]]
         assert len(decisive_rows) == 1
 
@@ -206,8 +211,8 @@ class TestRender:
             assert cells[0] == gate["stage"]
             assert cells[1].removesuffix(" (decided)") == gate["name"]
             assert cells[2] == gate["threshold"]
-            assert cells[3].startswith(report.format_value(gate["value"], gate.get("unit")))
-            assert cells[4] == report.STATUS_LABELS[gate["status"]]
+            assert cells[3].startswith(format_value(gate["value"], gate.get("unit")))
+            assert cells[4] == STATUS_LABELS[gate["status"]]
             prefix = f"results/{rendered['verdict']['campaign']}/{rendered['verdict']['gpu']}/"
             evidence = repo_relative(gate["evidence"], rendered["records"]) if gate["evidence"] else None
             assert cells[5] == (evidence.removeprefix(prefix) if evidence else "—")
@@ -255,7 +260,7 @@ class TestRender:
             assert f"{len(passed)} passed" in section
             for t in failed:
                 assert f"failed: {t['nodeid']}" in section
-                first_message_line = report.clean(t["message"]).split("\n")[0]
+                first_message_line = clean(t["message"]).split("\n")[0]
                 assert " ".join(first_message_line.split()) in section
                 assert section.index(t["nodeid"]) < min(section.index(p["nodeid"]) for p in passed)
 
@@ -316,7 +321,7 @@ class TestRender:
 
 
 class TestVerdictKinds:
-    @pytest.mark.parametrize("word", report.VERDICTS)
+    @pytest.mark.parametrize("word", VERDICTS)
     def test_each_verdict_renders_big_and_coloured(self, word: str, tmp_path: Path) -> None:
         """Every verdict word is the heading and picks its own colour class; only SMOKE carries the smoke banner."""
         verdict, records, _ = load("synthetic_cpu_smoke")
@@ -356,7 +361,7 @@ class TestVerdictKinds:
         banner = Page(html.split("</header>")[0]).text
         assert sentence not in banner
         head = re.search(r'<p class="sentence">(.*?)</p>', html).group(1)
-        assert head.endswith(" …") and len(head) <= report.SENTENCE_HEAD + 2
+        assert head.endswith(" …") and len(head) <= SENTENCE_HEAD + 2
         assert sentence.startswith(head.removesuffix(" …"))
         assert sentence in Page(html).text
 
@@ -385,7 +390,7 @@ def check_forced_verdict(rendered: dict, campaign: str, would_be: str) -> dict:
     """A real forced run's verdict.json is kgate.verdict.compute over its records: STOPPED, with ``would_be``
     beside it in the page's header. Returns the computed verdict."""
     records = rendered["records"]
-    ordered = [records[s] for s in verdict_mod.PROTOCOL if s in records]
+    ordered = [records[s] for s in protocol.STAGES if s in records]
     expected = verdict_mod.compute(ordered, campaign=campaign, gpu="h200", candidate="f6b3512413ea", forced=True)
     for key in ("verdict", "would_be", "decided_by", "sentence", "gates", "stages"):
         assert rendered["verdict"][key] == expected[key], key
@@ -603,7 +608,7 @@ class TestRealH200UpstreamCoverage:
 def test_a_large_data_value_is_named_with_its_size() -> None:
     """Values over GENERIC_MAX_CHARS become one line; a large mapping is folded key by key."""
     big = [{"kernel": f"k{i}", "n_regs": i} for i in range(2000)]
-    folded = report._fold_large({"small": 1, "outer": {"variants": big, "device": "x"}}, "results/c/g/s/record.json")
+    folded = fold_large({"small": 1, "outer": {"variants": big, "device": "x"}}, "results/c/g/s/record.json")
     assert folded["small"] == 1 and folded["outer"]["device"] == "x"
     line = folded["outer"]["variants"]
     assert line.startswith("2000 entries, ") and line.endswith("kept in results/c/g/s/record.json")
@@ -614,16 +619,16 @@ class TestLinks:
         """Paths relative to the repository root become links from reports/<campaign>/<gpu>/."""
         base = "reports/c/g"
         junit = "results/c/g/candidate_gate/abc/junit.xml"
-        assert report.evidence_href(junit, base) == "../../../" + junit
-        assert report.evidence_href("reports/c/g/verdict.json", base) == "verdict.json"
-        assert report.evidence_href("./logs/c/g/x.log", base) == "../../../logs/c/g/x.log"
-        assert report.evidence_href("/abs/a b.txt", base) == "file:///abs/a%20b.txt"
-        assert report.evidence_href(None, base) is None
-        assert report.evidence_href("", base) is None
+        assert evidence_href(junit, base) == "../../../" + junit
+        assert evidence_href("reports/c/g/verdict.json", base) == "verdict.json"
+        assert evidence_href("./logs/c/g/x.log", base) == "../../../logs/c/g/x.log"
+        assert evidence_href("/abs/a b.txt", base) == "file:///abs/a%20b.txt"
+        assert evidence_href(None, base) is None
+        assert evidence_href("", base) is None
 
     def test_evidence_href_cannot_become_another_scheme(self) -> None:
         """A path that looks like a URL stays a relative, percent-encoded path."""
-        href = report.evidence_href('javascript:alert(1)"><b>', "reports/c/g")
+        href = evidence_href('javascript:alert(1)"><b>', "reports/c/g")
         assert href.startswith("../../../javascript%3Aalert%281%29")
         assert not set('"<> ') & set(href)
 
@@ -779,11 +784,11 @@ class TestSummary:
         assert lines[header + 1] == "|---|---|---|---|---|"
         rows = lines[header + 2 : header + 2 + len(verdict["gates"])]
         for gate, row in zip(verdict["gates"], rows):
-            assert report.md_escape(gate["name"]) in row
-            assert row.endswith(f"| {report.md_escape(report.STATUS_LABELS[gate['status']])} |")
+            assert md_escape(gate["name"]) in row
+            assert row.endswith(f"| {md_escape(STATUS_LABELS[gate['status']])} |")
         not_run = [s for s in verdict["stages"] if s["status"] == "not_run"]
         after = lines[header + 2 + len(verdict["gates"]) :][: len(not_run)]
-        assert [r.split(" | ")[0] for r in after] == [f"| {report.md_escape(s['stage'])}" for s in not_run]
+        assert [r.split(" | ")[0] for r in after] == [f"| {md_escape(s['stage'])}" for s in not_run]
 
     def test_shas_and_job_ids(self, rendered: dict) -> None:
         """Target baseline, BENCH_BASE and candidate SHAs and each stage's job are listed."""
@@ -817,14 +822,14 @@ class TestSummary:
 
     def test_md_escape(self) -> None:
         """Markdown specials are backslash-escaped; intraword underscores and plain text stay readable."""
-        assert report.md_escape("a|b`c`") == r"a\|b\`c\`"
-        assert report.md_escape("<img src=x>") == r"\<img src=x\>"
-        assert report.md_escape("&amp; *x* [l](u)") == r"\&amp; \*x\* \[l\](u)"
-        assert report.md_escape("gate_tests_pass") == "gate_tests_pass"
-        assert report.md_escape("_lead and trail_") == r"\_lead and trail\_"
-        assert report.md_escape("two\nlines") == "two lines"
-        assert report.md_code("3f2a9c1e0b7d") == "`3f2a9c1e0b7d`"
-        assert report.md_code("a`b") == r"a\`b"
+        assert md_escape("a|b`c`") == r"a\|b\`c\`"
+        assert md_escape("<img src=x>") == r"\<img src=x\>"
+        assert md_escape("&amp; *x* [l](u)") == r"\&amp; \*x\* \[l\](u)"
+        assert md_escape("gate_tests_pass") == "gate_tests_pass"
+        assert md_escape("_lead and trail_") == r"\_lead and trail\_"
+        assert md_escape("two\nlines") == "two lines"
+        assert md_code("3f2a9c1e0b7d") == "`3f2a9c1e0b7d`"
+        assert md_code("a`b") == r"a\`b"
 
 
 class TestGenericData:
@@ -938,7 +943,7 @@ class TestStageRecordShapes:
         page = Page((tmp_path / "index.html").read_text())
         row = next(cells for cls, cells in page.rows if cls == "gates" and cells[1].startswith("gate_tests_pass"))
         assert detail in row[3]
-        assert report.md_escape(detail) in (tmp_path / "summary.md").read_text()
+        assert md_escape(detail) in (tmp_path / "summary.md").read_text()
         root = ET.parse(tmp_path / "gates.junit.xml").getroot()
         failure = next(c for c in root.iter("testcase") if c.get("name") == "gate_tests_pass").find("failure")
         assert detail in failure.text
@@ -974,7 +979,7 @@ class TestStageRecordShapes:
 class TestPlots:
     def test_interval_plot(self) -> None:
         """Rows are classified against the band, in words; title, desc and axis label are present; labels escaped."""
-        svg = report.svg_interval_plot(
+        svg = svg_interval_plot(
             [("fast <row>", 1.12, 1.09, 1.15), ("same", 1.0, 0.99, 1.01), ("slow", 0.9, 0.88, 0.93),
              ("amb", 1.02, 0.99, 1.06)],
             ref=1.0,
@@ -995,7 +1000,7 @@ class TestPlots:
 
     def test_series_plot_shows_drift(self) -> None:
         """Each arm is one line; the legend and desc give the median and the drift per round."""
-        svg = report.svg_series_plot({"A": [1.0, 1.01, 1.02, 1.03], "B": [0.9, 0.9, 0.9, 0.9]}, "time (ms)")
+        svg = svg_series_plot({"A": [1.0, 1.01, 1.02, 1.03], "B": [0.9, 0.9, 0.9, 0.9]}, "time (ms)")
         root = ET.fromstring(str(svg))
         ns = "{http://www.w3.org/2000/svg}"
         desc = root.find(f"{ns}desc").text
@@ -1007,7 +1012,7 @@ class TestPlots:
 
     def test_bar_chart(self) -> None:
         """One bar per label and series, values written, legend for several series."""
-        svg = report.svg_bar_chart(["k1", "k<2>"], {"baseline": [0.5, 0.9], "candidate": [0.4, float("nan")]}, "ms")
+        svg = svg_bar_chart(["k1", "k<2>"], {"baseline": [0.5, 0.9], "candidate": [0.4, float("nan")]}, "ms")
         root = ET.fromstring(str(svg))
         ns = "{http://www.w3.org/2000/svg}"
         assert "k<2>: baseline 0.9, candidate nan" in root.find(f"{ns}desc").text
@@ -1017,13 +1022,13 @@ class TestPlots:
     @pytest.mark.parametrize(
         "make",
         [
-            lambda: report.svg_interval_plot([]),
-            lambda: report.svg_interval_plot([("x", 1.0, None, None)], band=(1.0, 1.0)),
-            lambda: report.svg_series_plot({}, "y"),
-            lambda: report.svg_series_plot({"a": [float("nan"), 1.0]}, "y"),
-            lambda: report.svg_series_plot({"a": [5.0]}, "y"),
-            lambda: report.svg_bar_chart([], {}, "ms"),
-            lambda: report.svg_bar_chart(["a"], {"s": [-1.0]}, "ms"),
+            lambda: svg_interval_plot([]),
+            lambda: svg_interval_plot([("x", 1.0, None, None)], band=(1.0, 1.0)),
+            lambda: svg_series_plot({}, "y"),
+            lambda: svg_series_plot({"a": [float("nan"), 1.0]}, "y"),
+            lambda: svg_series_plot({"a": [5.0]}, "y"),
+            lambda: svg_bar_chart([], {}, "ms"),
+            lambda: svg_bar_chart(["a"], {"s": [-1.0]}, "ms"),
         ],
     )
     def test_degenerate_input_still_gives_valid_svg(self, make) -> None:
@@ -1033,8 +1038,8 @@ class TestPlots:
 
     def test_nice_ticks(self) -> None:
         """Ticks are round numbers covering the range."""
-        assert report.nice_ticks(0, 1, 5) == [0, 0.2, 0.4, 0.6, 0.8, 1.0]
-        assert report.nice_ticks(0.97, 1.13, 6) == [0.975, 1.0, 1.025, 1.05, 1.075, 1.1, 1.125]
+        assert nice_ticks(0, 1, 5) == [0, 0.2, 0.4, 0.6, 0.8, 1.0]
+        assert nice_ticks(0.97, 1.13, 6) == [0.975, 1.0, 1.025, 1.05, 1.075, 1.1, 1.125]
 
 
 CHROMIUM = shutil.which("chromium")

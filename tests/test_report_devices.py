@@ -16,8 +16,9 @@ import pytest
 from test_compare import A, C, bench, rec, write, write_verdict
 from test_report import CHROMIUM, HOSTILE, OUT, Page, load
 
-from kgate import compare, report, verdict
+from kgate import report, verdict
 from kgate.errors import FormatVersionError
+from kgate.report import compare
 
 
 def three_devices(root: Path) -> Path:

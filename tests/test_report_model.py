@@ -8,9 +8,9 @@ from pathlib import Path
 
 from test_model_gates import rounds
 
-from kgate import report
+from kgate import protocol, report
 from kgate import verdict as verdict_mod
-from kgate.model_gates import ModelThresholds, decide_all, describe, evaluate
+from kgate.gates.model import ModelThresholds, decide_all, describe, evaluate
 from kgate.records import StageResult, build_record
 
 HOSTILE = "<script>alert(1)</script>"
@@ -92,10 +92,9 @@ def test_summary_and_verdict_name_the_model_gates(tmp_path: Path) -> None:
 
 
 def passing(stage: str) -> dict:
-    from kgate import paths
     from kgate.records import Gate
 
-    cand = "0123456789ab" if stage in paths.CANDIDATE_STAGES else None
+    cand = "0123456789ab" if stage in protocol.CANDIDATE_STAGES else None
     return build_record(stage=stage, campaign="c", gpu="h200", candidate=cand,
                         result=StageResult(gates=[Gate(f"{stage}_ok", "holds", "yes", "pass")]), provenance=PROV)
 
@@ -103,9 +102,8 @@ def passing(stage: str) -> dict:
 def test_a_gpu_run_is_go_only_with_a_passing_model_record() -> None:
     """Every other stage passed on an H200: without the model record INCONCLUSIVE naming it; with it GO;
     with the model's dense gate failed NO-GO decided by that gate."""
-    from kgate import paths
 
-    others = [passing(s) for s in paths.STAGES if s != "model"]
+    others = [passing(s) for s in protocol.STAGES if s != "model"]
     v = verdict_mod.compute(others, campaign="c", gpu="h200", candidate="0123456789ab")
     assert v["verdict"] == "INCONCLUSIVE" and v["decided_by"] == {"stage": "model", "gate": None}
     assert "missing: model" in v["sentence"]

@@ -1,4 +1,4 @@
-"""scripts/train_throughput.py on CPU with a toy target: the model code in an extension folder appended to the
+"""kgate/measure/harness/train_throughput.py on CPU with a toy target: the model code in an extension folder appended to the
 package's __path__, the kernels from the arm's worktree; both arms as served workers, as the model stage runs them."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 
-from kgate import measure
-from kgate.model import HARNESS, ModelSpec, fit
-from kgate.model_gates import ModelThresholds
+from kgate.gates.model import ModelThresholds
+from kgate.measure.arms import Arm, Deadline, WorkerFailure, ask_all
+from kgate.stages.model import HARNESS, ModelSpec, fit
 
 TOY = REPO / "tests" / "data" / "model_toy"
 WORKTREE, EXT = TOY / "worktree", TOY / "ext" / "toylm"
@@ -38,9 +38,9 @@ def env() -> dict[str, str]:
     return e
 
 
-def start(name: str, tmp_path: Path, st: dict) -> measure.Arm:
-    arm = measure.Arm(name, WORKTREE, tmp_path / f"triton-{name}", env(), tmp_path / f"worker-{name}.log",
-                      measure.Deadline(300), command=[sys.executable, str(HARNESS), "--serve", "--arm", name])
+def start(name: str, tmp_path: Path, st: dict) -> Arm:
+    arm = Arm(name, WORKTREE, tmp_path / f"triton-{name}", env(), tmp_path / f"worker-{name}.log",
+              Deadline(300), command=[sys.executable, str(HARNESS), "--serve", "--arm", name])
     arm.info = arm.request("init", settings=st)
     return arm
 
@@ -67,13 +67,13 @@ def test_init_takes_the_kernels_from_the_worktree_and_the_model_from_the_extensi
 
 def test_both_arms_build_the_same_weights_and_batches(arms) -> None:
     """Same seed, same parameter hash; the layer count reaches the config; both workloads have the same tokens."""
-    built = measure.ask_all(list(arms.values()), "build", layers=3)
+    built = ask_all(list(arms.values()), "build", layers=3)
     assert built["base"]["params_sha256"] == built["cand"]["params_sha256"]
     assert built["base"]["config"]["num_hidden_layers"] == 3
     fewer = arms["base"].request("build", layers=1)
     assert fewer["parameters"] < built["base"]["parameters"] and fewer["params_sha256"] != built["base"]["params_sha256"]
     arms["base"].request("build", layers=3)
-    inputs = measure.ask_all(list(arms.values()), "prepare")
+    inputs = ask_all(list(arms.values()), "prepare")
     assert inputs["base"] == inputs["cand"]
     dense, varlen = inputs["base"]["dense"], inputs["base"]["varlen"]
     assert dense["tokens_per_step"] == varlen["tokens_per_step"] == 24
@@ -125,7 +125,7 @@ def test_a_failing_step_is_the_targets_failure(tmp_path: Path) -> None:
     try:
         arm.request("build", layers=1)
         arm.request("prepare")
-        with pytest.raises(measure.WorkerFailure) as err:
+        with pytest.raises(WorkerFailure) as err:
             arm.request("warm", workload="varlen", steps=1)
         assert err.value.target and "no_such_argument" in str(err.value)
     finally:

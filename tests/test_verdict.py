@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kgate import paths, verdict
+from kgate import protocol, verdict
 from kgate.records import Gate, StageResult, build_record
 
 ORDER = ("target", "baseline_tests", "fixture_freeze", "candidate_build", "candidate_gate")
@@ -12,7 +12,7 @@ ORDER = ("target", "baseline_tests", "fixture_freeze", "candidate_build", "candi
 
 def rec(stage: str, status: str = "pass", gpu: str = "cpu") -> dict:
     g = Gate(f"{stage}_gate", "holds", "measured", status, detail=None if status == "pass" else "why it failed")
-    cid = "0123456789ab" if stage in paths.CANDIDATE_STAGES else None
+    cid = "0123456789ab" if stage in protocol.CANDIDATE_STAGES else None
     return build_record(stage=stage, campaign="c", gpu=gpu, candidate=cid, result=StageResult(gates=[g]), provenance={})
 
 
@@ -30,8 +30,8 @@ def test_gpu_run_missing_protocol_stages_is_inconclusive_not_go() -> None:
 
 
 def test_gpu_run_with_the_whole_protocol_passing_is_go() -> None:
-    v = verdict.compute([rec(s, gpu="h200") for s in verdict.PROTOCOL], campaign="c", gpu="h200",
-                        candidate="0123456789ab", implemented=verdict.PROTOCOL)
+    v = verdict.compute([rec(s, gpu="h200") for s in protocol.STAGES], campaign="c", gpu="h200",
+                        candidate="0123456789ab", implemented=protocol.STAGES)
     assert v["verdict"] == "GO"
 
 
@@ -55,10 +55,10 @@ def test_a_failure_on_cpu_is_still_no_go() -> None:
 
 
 def test_a_forced_run_past_a_stop_is_never_go() -> None:
-    records = [rec(s, gpu="h200") for s in verdict.PROTOCOL]
+    records = [rec(s, gpu="h200") for s in protocol.STAGES]
     records[3] = rec("profile_baseline", "stop", gpu="h200")
     v = verdict.compute(records, campaign="c", gpu="h200", candidate="0123456789ab", forced=True,
-                        implemented=verdict.PROTOCOL)
+                        implemented=protocol.STAGES)
     assert v["verdict"] == "STOPPED"
     by = {s["stage"]: s for s in v["stages"]}
     assert by["bench"]["status"] == "pass"
@@ -67,28 +67,28 @@ def test_a_forced_run_past_a_stop_is_never_go() -> None:
 @pytest.mark.parametrize(("later", "would_be"), [("pass", "GO"), ("fail", "NO-GO")])
 def test_a_forced_run_shows_what_it_would_be_without_the_stop(later: str, would_be: str) -> None:
     """The would-be verdict is the same walk with the STOP read as a pass: GO if all else passed, NO-GO on a fail."""
-    records = [rec(s, gpu="h200") for s in verdict.PROTOCOL]
+    records = [rec(s, gpu="h200") for s in protocol.STAGES]
     records[3] = rec("profile_baseline", "stop", gpu="h200")
     records[-2] = rec("ncu", later, gpu="h200")
     v = verdict.compute(records, campaign="c", gpu="h200", candidate="0123456789ab", forced=True,
-                        implemented=verdict.PROTOCOL)
+                        implemented=protocol.STAGES)
     assert v["verdict"] == "STOPPED" and v["would_be"] == would_be
     assert v["decided_by"] == {"stage": "profile_baseline", "gate": "profile_baseline_gate"}
     assert (f"forced run past 1 STOP(s) (profile_baseline / profile_baseline_gate): read as passes, it would be "
             f"{would_be}") in v["sentence"]
     unforced = verdict.compute(records[:4], campaign="c", gpu="h200", candidate="0123456789ab",
-                               implemented=verdict.PROTOCOL)
+                               implemented=protocol.STAGES)
     assert unforced["verdict"] == "STOPPED" and unforced["would_be"] is None
 
 
 def h200(n: int, **statuses: str) -> list[dict]:
     """Records of the protocol's first ``n`` stages on an H200, each passing unless ``statuses`` names it."""
-    return [rec(s, statuses.get(s, "pass"), gpu="h200") for s in verdict.PROTOCOL[:n]]
+    return [rec(s, statuses.get(s, "pass"), gpu="h200") for s in protocol.STAGES[:n]]
 
 
 def protocol_verdict(records: list[dict], forced: bool = False) -> dict:
     return verdict.compute(records, campaign="c", gpu="h200", candidate="0123456789ab", forced=forced,
-                           implemented=verdict.PROTOCOL)
+                           implemented=protocol.STAGES)
 
 
 def test_a_forced_run_that_stopped_early_would_be_inconclusive() -> None:
@@ -120,7 +120,7 @@ def test_a_forced_run_does_not_walk_past_a_failed_gate() -> None:
     v = protocol_verdict(records, forced=True)
     assert (v["verdict"], v["would_be"]) == ("STOPPED", "NO-GO")
     later = [s for s in v["stages"] if s["status"] == "not_run"]
-    assert [s["stage"] for s in later] == list(verdict.PROTOCOL[5:])
+    assert [s["stage"] for s in later] == list(protocol.STAGES[5:])
     assert all(s["why"] == "blocked by candidate_build: candidate_build_gate fail" for s in later)
     unforced = protocol_verdict(records[:4])
     assert all(s["why"].startswith("blocked by profile_baseline") for s in unforced["stages"]

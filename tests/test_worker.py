@@ -1,4 +1,4 @@
-"""The measurement worker (``python -m kgate.worker``): protocol, seeded inputs, failures, census.
+"""The measurement worker (``python -m kgate.measure.worker``): protocol, seeded inputs, failures, census.
 
 Every test runs real worker processes on CPU under Triton's interpreter against
 a toy target written here: one Triton kernel (``toy_scale_kernel``) inside an
@@ -15,9 +15,11 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 
-from kgate import measure
 from kgate.errors import ProvenanceMismatch
-from kgate.measure import Arm, Deadline, WorkerFailure
+from kgate.measure import arms
+from kgate.measure.arms import Arm, Deadline, WorkerFailure
+from kgate.measure.rows import eval_expression
+from kgate.measure.telemetry import foreign_processes
 
 TOY_PACKAGE = '''\
 import os
@@ -118,7 +120,7 @@ class TestProtocol:
             assert info["module_file"] == str(wt / "toyop" / "__init__.py")
             assert info["interpreter"]["interpreter"] is True
             assert info["device"]["kind"] == "cpu" and info["flush"]["bytes"] == 4096
-            measure.check_provenance(arm, info)
+            arms.check_provenance(arm, info)
             prep = arm.request("prepare", rows=ROWS)
             assert set(prep) == {"small", "wide"}
             assert set(prep["small"]["tensors"]) == {"args[0]", "args[1]"}
@@ -160,14 +162,14 @@ class TestProtocol:
             pa, pb, pc = (x.request("prepare", rows=ROWS) for x in (a, b, c))
             for row in ("small", "wide"):
                 assert pa[row]["tensors"] == pb[row]["tensors"]
-                measure.compare_hashes("input", row, {"a": pa[row]["sha256"], "b": pb[row]["sha256"]})
+                arms.compare_hashes("input", row, {"a": pa[row]["sha256"], "b": pb[row]["sha256"]})
                 assert pa[row]["sha256"] != pc[row]["sha256"]
             assert pa["small"]["sha256"] != pa["wide"]["sha256"]
             ga = a.request("warm", row="wide", mode="fwdbwd", calls=1)["grad_hashes"]
             gb = b.request("warm", row="wide", mode="fwdbwd", calls=1)["grad_hashes"]
             assert ga == gb
             with pytest.raises(ProvenanceMismatch, match="hashes differ"):
-                measure.compare_hashes("input", "small", {"a": pa["small"]["sha256"], "c": pc["small"]["sha256"]})
+                arms.compare_hashes("input", "small", {"a": pa["small"]["sha256"], "c": pc["small"]["sha256"]})
         finally:
             for x in (a, b, c):
                 x.close()
@@ -215,51 +217,51 @@ class TestProvenance:
             worktree = tmp_path / "wt"
 
         with pytest.raises(ProvenanceMismatch, match="not inside the worktree"):
-            measure.check_provenance(FakeArm(), {"module_file": "/usr/lib/python3/site-packages/toyop/__init__.py"})  # type: ignore[arg-type]
+            arms.check_provenance(FakeArm(), {"module_file": "/usr/lib/python3/site-packages/toyop/__init__.py"})  # type: ignore[arg-type]
 
 
 class TestForeignProcesses:
     def test_only_our_workers_is_exclusive(self) -> None:
         apps = [{"pid": 10, "name": "python", "used_mib": 100.0}, {"pid": 11, "name": "python", "used_mib": 90.0}]
-        assert measure.foreign_processes(apps, {10, 11})["foreign"] == []
+        assert foreign_processes(apps, {10, 11})["foreign"] == []
 
     def test_another_process_is_foreign(self) -> None:
         apps = [{"pid": 10, "name": "python", "used_mib": 100.0}, {"pid": os.getpid(), "name": "x", "used_mib": 1.0}]
-        out = measure.foreign_processes(apps, {10, 11})
+        out = foreign_processes(apps, {10, 11})
         assert [a["pid"] for a in out["foreign"]] == [os.getpid()]
 
     def test_host_pids_seen_from_a_container_are_taken_as_ours_only_when_counts_match(self) -> None:
         unresolvable = [{"pid": 2**22 + 17, "name": None, "used_mib": 1.0}, {"pid": 2**22 + 19, "name": None, "used_mib": 1.0}]
-        same = measure.foreign_processes(unresolvable, {10, 11})
+        same = foreign_processes(unresolvable, {10, 11})
         assert same["foreign"] == [] and "PID namespace" in same["note"]
-        assert measure.foreign_processes(unresolvable, {10})["foreign"] == unresolvable
+        assert foreign_processes(unresolvable, {10})["foreign"] == unresolvable
 
     def test_an_empty_list_with_workers_running_is_unverified_not_exclusive(self) -> None:
-        out = measure.foreign_processes([], {10, 11})
+        out = foreign_processes([], {10, 11})
         assert out["foreign"] == [] and "unverified" in out["note"]
 
     def test_cpu_has_nothing_to_check(self) -> None:
-        assert measure.foreign_processes(None, {1}) == {"checked": False, "foreign": [], "note": "no GPU"}
+        assert foreign_processes(None, {1}) == {"checked": False, "foreign": [], "note": "no GPU"}
 
 
 class TestExpressions:
     @pytest.mark.parametrize(("expr", "value"), [("B*T*H*D*4", 2 * 3 * 5 * 7 * 4), ("(B + 1) * 2", 6), (8, 8)])
     def test_row_arithmetic(self, expr, value) -> None:
-        assert measure.eval_expression(expr, {"B": 2, "T": 3, "H": 5, "D": 7}, "k") == value
+        assert eval_expression(expr, {"B": 2, "T": 3, "H": 5, "D": 7}, "k") == value
 
     @pytest.mark.parametrize(("expr", "message"), [("B*Q", "uses 'Q'"), ("__import__('os')", "may only use"),
                                                    ("B*", "not an arithmetic expression")])
     def test_anything_else_names_the_key(self, expr, message) -> None:
         with pytest.raises(Exception, match=message) as err:
-            measure.eval_expression(expr, {"B": 2}, "measure.temporaries.dq.bytes")
+            eval_expression(expr, {"B": 2}, "measure.temporaries.dq.bytes")
         assert "measure.temporaries.dq.bytes" in str(err.value)
 
 
 def test_worker_module_does_not_import_torch_at_import_time() -> None:
-    """The coordinator imports kgate.worker's helpers without creating a CUDA context (torch loads in init)."""
+    """The coordinator imports kgate.measure.worker's helpers without creating a CUDA context (torch loads in init)."""
     import subprocess
 
-    code = "import sys, kgate.worker, kgate.measure, kgate.bench; print('torch' in sys.modules)"
+    code = "import sys, kgate.measure.worker, kgate.measure.arms, kgate.stages.bench; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
@@ -351,8 +353,8 @@ def test_the_flush_kernel_zeroes_its_whole_buffer_under_the_interpreter(tmp_path
     """kgate_l2_flush (the GPU's L2 flush) run by Triton's interpreter: every element of an odd-sized buffer is 0."""
     import subprocess
 
-    code = ("from kgate import interp; interp.install()\n"
-            "import torch\nfrom kgate import measure_kernels\n"
+    code = ("from kgate.testrun import interp; interp.install()\n"
+            "import torch\nfrom kgate.measure import kernels as measure_kernels\n"
             "buf = torch.ones(3 * measure_kernels.FLUSH_BLOCK + 5, dtype=torch.int32)\n"
             "measure_kernels.flush(buf)\nprint(int(buf.abs().sum()), buf.numel())\n")
     env = dict(os.environ, PYTHONPATH=str(REPO), TRITON_CACHE_DIR=str(tmp_path / "cache"))

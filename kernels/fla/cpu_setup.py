@@ -1,7 +1,7 @@
 """CPU setup for fla (flash-linear-attention) under kgate's interpreter shim.
 
-Run by ``-p kgate.interp_plugin --kgate-setup <this file>`` after
-``kgate.interp.install()`` and before any conftest or test module is imported.
+Run by ``-p kgate.testrun.interp_plugin --kgate-setup <this file>`` after
+``kgate.testrun.interp.install()`` and before any conftest or test module is imported.
 The plugin executes the file, then calls ``setup()`` and records its result.
 
 Why: with no GPU driver, fla detects ``device_platform == 'cpu'``, but for

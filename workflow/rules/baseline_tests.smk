@@ -1,4 +1,5 @@
-# Stage 1: the untouched gate at the exact baseline; deterministic failures are a terminal NO-GO.
+# Stage 2 of kgate.protocol.STAGES, baseline_tests: the untouched gate at the exact baseline; deterministic
+# failures are a terminal NO-GO.
 checkpoint baseline_tests:
     input:
         target="results/{campaign}/{gpu}/target/record.json",

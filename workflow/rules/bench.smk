@@ -1,5 +1,5 @@
-# Stage 6: interleaved A/B rounds, both arms on one GPU in this one job; rounds checkpoint to
-# rounds.jsonl beside the record, so a killed job resumes at its last finished round.
+# Stage 8 of kgate.protocol.STAGES, bench: interleaved A/B rounds, both arms on one GPU in this one job; rounds
+# checkpoint to rounds.jsonl beside the record, so a killed job resumes at its last finished round.
 checkpoint bench:
     input:
         fixture="results/{campaign}/{gpu}/fixture_freeze/record.json",
@@ -15,7 +15,7 @@ checkpoint bench:
         campaign_file=CAMPAIGN_FILE,
         overrides=OVERRIDES,
         contract=RUN.campaign.section_hash("measure", "bench"),
-        inputs=lambda wc: __import__("kgate.measure", fromlist=["x"]).inputs_fingerprint(RUN.campaign),
+        inputs=measure_inputs,
         force="--force" if RUN.force else "",
     resources:
         gpu=1,

@@ -1,4 +1,5 @@
-# Stage 4: the candidate as one commit on BENCH_BASE; scope, frozen files, forbidden patterns, lint.
+# Stage 5 of kgate.protocol.STAGES, candidate_build: the candidate as one commit on BENCH_BASE; scope, frozen
+# files, forbidden patterns, lint.
 localrules: candidate_build
 
 

@@ -1,4 +1,5 @@
-# Stage 5: the full frozen gate (plus dependent tests) on the candidate; any failure is a NO-GO.
+# Stage 6 of kgate.protocol.STAGES, candidate_gate: the full frozen gate (plus dependent tests) on the candidate;
+# any failure is a NO-GO.
 checkpoint candidate_gate:
     input:
         fixture="results/{campaign}/{gpu}/fixture_freeze/record.json",

@@ -1,9 +1,13 @@
 # Validation, identities and paths for one run; the report's input function is the gate walk.
 import sys
 
-from kgate import paths
+from kgate import paths, protocol
 from kgate.errors import KgateError
-from kgate.workflow import gated_walk, resolve, status
+from kgate.measure.rows import inputs_fingerprint
+from kgate.protocol import gated_walk
+from kgate.source import overlay
+from kgate.stages import model as model_stage
+from kgate.workflow import resolve, status
 
 try:
     RUN = resolve(config)
@@ -26,19 +30,32 @@ wildcard_constraints:
 
 def rec(stage, cand=None):
     """Record path of a stage (candidate stages keyed by the candidate id)."""
-    return str(paths.record(C, G, stage, cand if stage in paths.CANDIDATE_STAGES else None))
+    return str(paths.record(C, G, stage, cand if stage in protocol.CANDIDATE_STAGES else None))
 
 
 def log_of(stage, cand=None):
-    return str(paths.log(C, G, stage, cand if stage in paths.CANDIDATE_STAGES else None))
+    return str(paths.log(C, G, stage, cand if stage in protocol.CANDIDATE_STAGES else None))
+
+
+# params computed when a job is scheduled (a changed value reruns the rule)
+
+
+def measure_inputs(wildcards):
+    """sha256 of the campaign's input generator: the timed stages' `inputs` param."""
+    return inputs_fingerprint(RUN.campaign)
+
+
+def fixture_hash(wildcards):
+    """Content hash of the fixture overlay variant this target selects: fixture_freeze's `fixture` param."""
+    return overlay.content_hash(RUN.campaign.data["fixture"]["overlay"], RUN.campaign.target_identity)
 
 
 def gated_records(wildcards):
-    """The records the report needs: kgate.workflow.gated_walk over the stage checkpoints.
+    """The records the report needs: kgate.protocol.gated_walk over the stage checkpoints.
 
     Each stage is a checkpoint, so its status is known before the next stage
     is asked for. A stage is asked for only when its gating inputs
-    (paths.GATING_INPUTS) passed; an `unavailable` record (e.g. ncu on CPU)
+    (protocol.GATING_INPUTS) passed; an `unavailable` record (e.g. ncu on CPU)
     blocks only the stages that gate on it; a failed gate ends the walk, so no
     job is ever scheduled past a failed gate. A forced run (config force=true)
     walks on past a 'stop'; the verdict stays STOPPED.
@@ -46,7 +63,7 @@ def gated_records(wildcards):
 
     def status_of(stage):
         kw = {"campaign": C, "gpu": G}
-        if stage in paths.CANDIDATE_STAGES:
+        if stage in protocol.CANDIDATE_STAGES:
             kw["cand"] = H
         getattr(checkpoints, stage).get(**kw)
         return status(rec(stage, H))

@@ -1,8 +1,8 @@
-# Preflight, the DAG's first rule: the site checks of `python -m kgate doctor`, run as a job with the GPU
-# stages' resources, so it checks what they will see (target clone, caches, device class, ncu, Triton for this
-# GPU's arch; the job's partition under Slurm). A failure is an error naming every failed check: no record,
-# and no stage runs. `target` takes the record as ancient(): a preflight run again over an existing
-# record (--forcerun doctor) that passes reruns no finished stage.
+# Preflight (kgate.protocol.PREFLIGHT), doctor, the DAG's first rule: the site checks of `python -m kgate
+# doctor`, run as a job with the GPU stages' resources, so it checks what they will see (target clone, caches,
+# device class, ncu, Triton for this GPU's arch; the job's partition under Slurm). A failure is an error naming
+# every failed check: no record, and no stage runs. `target` takes the record as ancient(): a preflight run again
+# over an existing record (--forcerun doctor) that passes reruns no finished stage.
 rule doctor:
     output:
         record="results/{campaign}/{gpu}/doctor/record.json",

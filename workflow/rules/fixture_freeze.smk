@@ -1,4 +1,5 @@
-# Stage 2: test-only fixture committed as BENCH_BASE, full gate green, frozen manifest written.
+# Stage 3 of kgate.protocol.STAGES, fixture_freeze: test-only fixture committed as BENCH_BASE, full gate green,
+# frozen manifest written.
 checkpoint fixture_freeze:
     input:
         target="results/{campaign}/{gpu}/target/record.json",
@@ -11,9 +12,7 @@ checkpoint fixture_freeze:
         campaign_file=CAMPAIGN_FILE,
         overrides=BASE_OVERRIDES,
         contract=RUN.campaign.section_hash("target", "gate", "fixture", "frozen"),
-        fixture=lambda wc: __import__("kgate.overlay", fromlist=["x"]).content_hash(
-            RUN.campaign.data["fixture"]["overlay"], RUN.campaign.target_identity
-        ),
+        fixture=fixture_hash,
     resources:
         gpu=1,
     shell:

@@ -1,8 +1,9 @@
-# Stage 8: training throughput of the target's causal LM, dense and packed varlen, both arms on one GPU in
-# this one job, blocks of steps alternating AB, BA, ...; blocks checkpoint to blocks.jsonl beside the record.
-# Gates on bench (paths.GATING_INPUTS), not on ncu. The model settings are checked at DAG build.
+# Stage 10 of kgate.protocol.STAGES, model: training throughput of the target's causal LM, dense and packed
+# varlen, both arms on one GPU in this one job, blocks of steps alternating AB, BA, ...; blocks checkpoint to
+# blocks.jsonl beside the record. Gates on bench (protocol.GATING_INPUTS), not on ncu. The model settings are
+# checked at DAG build.
 try:
-    __import__("kgate.model", fromlist=["load_spec"]).load_spec(RUN.campaign, G)
+    model_stage.load_spec(RUN.campaign, G)
 except KgateError as exc:
     sys.exit(f"kgate: error: {exc}")
 

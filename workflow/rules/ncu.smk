@@ -1,5 +1,6 @@
-# Stage 7: Nsight Compute, both protocol passes on both arms for the campaign's ncu rows (one GPU, one job);
-# raw .ncu-rep reports and their CSV exports stay beside the record. `unavailable` on CPU or without counters.
+# Stage 9 of kgate.protocol.STAGES, ncu: Nsight Compute, both protocol passes on both arms for the campaign's ncu
+# rows (one GPU, one job); raw .ncu-rep reports and their CSV exports stay beside the record. `unavailable` on
+# CPU or without counters.
 checkpoint ncu:
     input:
         fixture="results/{campaign}/{gpu}/fixture_freeze/record.json",
@@ -16,7 +17,7 @@ checkpoint ncu:
         campaign_file=CAMPAIGN_FILE,
         overrides=OVERRIDES,
         contract=RUN.campaign.section_hash("measure", "ncu"),
-        inputs=lambda wc: __import__("kgate.measure", fromlist=["x"]).inputs_fingerprint(RUN.campaign),
+        inputs=measure_inputs,
         force="--force" if RUN.force else "",
     resources:
         gpu=1,

@@ -1,4 +1,5 @@
-# Stage 3: profile BENCH_BASE; STOP when removing what the hypothesis removes cannot reach the bar.
+# Stage 4 of kgate.protocol.STAGES, profile_baseline: profile BENCH_BASE; STOP when removing what the hypothesis
+# removes cannot reach the bar.
 checkpoint profile_baseline:
     input:
         fixture="results/{campaign}/{gpu}/fixture_freeze/record.json",
@@ -10,7 +11,7 @@ checkpoint profile_baseline:
         campaign_file=CAMPAIGN_FILE,
         overrides=BASE_OVERRIDES,
         contract=RUN.campaign.section_hash("measure", "profile"),
-        inputs=lambda wc: __import__("kgate.measure", fromlist=["x"]).inputs_fingerprint(RUN.campaign),
+        inputs=measure_inputs,
     resources:
         gpu=1,
     shell:

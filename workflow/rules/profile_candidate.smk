@@ -1,5 +1,6 @@
-# Stage 5b: the pair table on the candidate (same harness, both arms in one job); STOP on spills,
-# occupancy collapse or pair speedups that cannot carry the bar; a hidden replacement kernel fails.
+# Stage 7 of kgate.protocol.STAGES, profile_candidate: the pair table on the candidate (same harness, both arms
+# in one job); STOP on spills, occupancy collapse or pair speedups that cannot carry the bar; a hidden
+# replacement kernel fails.
 checkpoint profile_candidate:
     input:
         fixture="results/{campaign}/{gpu}/fixture_freeze/record.json",
@@ -14,7 +15,7 @@ checkpoint profile_candidate:
         campaign_file=CAMPAIGN_FILE,
         overrides=OVERRIDES,
         contract=RUN.campaign.section_hash("measure", "profile"),
-        inputs=lambda wc: __import__("kgate.measure", fromlist=["x"]).inputs_fingerprint(RUN.campaign),
+        inputs=measure_inputs,
         force="--force" if RUN.force else "",
     resources:
         gpu=1,

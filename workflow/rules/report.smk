@@ -1,4 +1,5 @@
-# Stage 9: the verdict and the report, from the records of every stage that ran.
+# Last, report (not a stage of kgate.protocol.STAGES): the verdict and the report, from the records of every
+# stage that ran.
 localrules: report
 
 

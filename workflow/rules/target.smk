@@ -1,4 +1,5 @@
-# Stage 0: kgate's own clone of the target at the exact baseline (a PyPI sdist is materialized).
+# Stage 1 of kgate.protocol.STAGES, target: kgate's own clone of the target at the exact baseline (a PyPI sdist
+# is materialized).
 localrules: target
 
 

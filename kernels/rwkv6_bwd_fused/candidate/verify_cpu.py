@@ -8,10 +8,10 @@ Usage::
         [--quick] [--json OUT.json] [--workdir DIR]
 
 The parent process copies ``<fla-src>/fla`` into a work folder, applies this
-candidate's ``overlay.yaml`` variant for ``--identity`` with ``kgate.overlay``
+candidate's ``overlay.yaml`` variant for ``--identity`` with ``kgate.source.overlay``
 (the same code the pipeline uses), and runs the checks in a child process whose
 ``PYTHONPATH`` is that tree plus the kgate repo. The child installs
-``kgate.interp`` first, so every Triton kernel runs on the CPU interpreter.
+``kgate.testrun.interp`` first, so every Triton kernel runs on the CPU interpreter.
 
 Checks, all in one process with both paths present:
 
@@ -123,13 +123,13 @@ def _parse() -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="only the cases marked quick")
     p.add_argument("--json", type=Path, help="write every measured number here")
     p.add_argument("--autotune", default="first", choices=("first", "largest"),
-                   help="kgate.interp autotune policy for fla's own kernels")
+                   help="kgate.testrun.interp autotune policy for fla's own kernels")
     p.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     return p.parse_args()
 
 
 def _assemble(args: argparse.Namespace) -> int:
-    from kgate import overlay
+    from kgate.source import overlay
 
     if args.fla_src is None or args.identity is None:
         sys.exit("--fla-src and --identity are required")
@@ -157,8 +157,8 @@ def _tolerate_stale_autotune_keys() -> None:
     # fla at 27967b97 declares an autotune key that is not a kernel argument
     # (fla/ops/cp/chunk_delta_h.py, key 'BT'); Triton >= 3.9 raises at decoration
     # time, older Triton (the GPU hosts run 3.6) silently ignores the name. This
-    # wraps Triton's own __init__ (so it runs before kgate.interp wraps it, with
-    # TRITON_INTERPRET already set, as kgate.interp requires)
+    # wraps Triton's own __init__ (so it runs before kgate.testrun.interp wraps it, with
+    # TRITON_INTERPRET already set, as kgate.testrun.interp requires)
     os.environ["TRITON_INTERPRET"] = "1"
     from triton.runtime.autotuner import Autotuner
 
@@ -215,7 +215,7 @@ class _Child:
     """The checks; runs inside the process that imports the patched fla tree."""
 
     def __init__(self, args: argparse.Namespace) -> None:
-        from kgate import interp
+        from kgate.testrun import interp
 
         _tolerate_stale_autotune_keys()
         self.interp = interp.install(args.autotune)
@@ -367,7 +367,7 @@ class _Child:
                                                               "chunk_indices")})
         ref = dict(dq=dq2.to(x["q"]), dk=dk2.to(x["k"]), dg=dg2.to(x["g"]), du=du2.to(x["u"]))
         inter = self.autotuner(C.chunk_rwkv6_bwd_kernel_inter)
-        from kgate.interp import choose_config
+        from kgate.testrun.interp import choose_config
         picked = choose_config(inter.configs, self.interp["autotune_policy"])
         tilings = [("matched", picked.kwargs["BK"], picked.kwargs["BV"], picked.num_warps)]
         tilings += [(f"BK{bk}_BV{bv}_w{w}", bk, bv, w) for bk, bv, w in C.KGATE_FUSED_CONFIGS]

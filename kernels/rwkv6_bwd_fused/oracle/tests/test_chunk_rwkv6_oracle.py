@@ -19,7 +19,7 @@ Ratios per input dtype are in ``TOLERANCE`` below, each with the worst ratio
 measured on the tiny cases under kgate's CPU interpreter.
 
 Case ids start with a size tag: ``tiny`` cases (B<=2, T<=128, H<=2, D<=64, and
-D=60 at T<=64) run on CPU under ``-p kgate.interp_plugin`` (select with
+D=60 at T<=64) run on CPU under ``-p kgate.testrun.interp_plugin`` (select with
 ``-k tiny``); ``full`` cases are GPU scale. Seeds are fixed per case.
 """
 

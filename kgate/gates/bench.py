@@ -1,0 +1,372 @@
+"""The benchmark's gates and what its record keeps per row, from the decided rows (pure; tests/test_bench_gates.py).
+
+Method (docs/measurement.md has the rules and their limits): ``to_rounds``
+turns the recorded rounds of one row into ``kgate.stats`` rounds, which
+``stats.decide`` decides (FAST / SAME / SLOW / AMBIGUOUS with an interval).
+``evaluate`` computes every gate from the decided rows (``RowOutcome``):
+geomean lower bound >= bar; each dispatch class has an optimized gated row
+FAST; no optimized row SLOW beyond ``row_regression_max``; fallback rows and
+controls SAME; no gated row of each endpoint kind SLOW; peak memory drops by
+the temporaries on optimized rows only; autotune picks of unchanged kernels
+agree (or their rows are SAME); the GPU stayed exclusive (``exclusive_gate``).
+An AMBIGUOUS row that decides a gate makes it ``inconclusive``, never
+``pass``. On CPU every timed gate is evaluated and shown with status ``skip``
+(``cpu_skip``: "CPU timings are not meaningful"); the model gates use it too.
+``describe``, ``host_ahead_share`` and ``behind_note`` say what the record and
+its reasons keep about each row. The stage that measures the rows is
+``kgate.stages.bench``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from kgate import stats
+from kgate.errors import ConfigError
+from kgate.measure.rows import CPU_TIMING_NOTE
+from kgate.records import Gate
+
+if TYPE_CHECKING:
+    from kgate.measure.rows import MeasureSpec
+
+
+@dataclass(frozen=True, slots=True)
+class BenchConfig:
+    """The thresholds of the benchmark gates (from the campaign)."""
+
+    bar: float
+    class_key: str
+    classes: tuple[Any, ...]
+    resolution: float = 0.02
+    row_regression_max: float = 0.03
+    memory_tolerance: float = 0.05
+    endpoints: tuple[str, ...] = ("dense", "varlen")
+    min_rounds: int = 5
+    max_rounds: int = 15
+    cpu: bool = False
+
+    def controller(self) -> stats.ControllerConfig:
+        return stats.ControllerConfig(min_rounds=self.min_rounds, max_rounds=self.max_rounds,
+                                      resolution=self.resolution)
+
+    @classmethod
+    def from_spec(cls, spec: MeasureSpec) -> BenchConfig:
+        b = spec.bench
+        lo, hi = spec.rounds()
+        return cls(bar=spec.bar, class_key=spec.class_key, classes=spec.classes,
+                   resolution=float(b.get("resolution", 0.02)),
+                   row_regression_max=float(b.get("row_regression_max", 0.03)),
+                   memory_tolerance=float(b.get("memory_tolerance", 0.05)),
+                   endpoints=tuple(b.get("endpoints", ("dense", "varlen"))), min_rounds=lo, max_rounds=hi,
+                   cpu=spec.cpu)
+
+
+@dataclass(frozen=True, slots=True)
+class RowOutcome:
+    """One timed row: its role, path, decision and memory (what the gates read)."""
+
+    key: str
+    row: str
+    mode: str
+    role: str
+    kind: str
+    klass: Any
+    path: str
+    decision: stats.Decision
+    peak_base: int | None = None
+    peak_cand: int | None = None
+    expected_bytes: int = 0
+    autotune_diff: tuple[str, ...] = field(default=())
+
+    @property
+    def est(self) -> stats.RatioEstimate:
+        assert self.decision.estimate is not None
+        return self.decision.estimate
+
+    @property
+    def cls(self) -> str:
+        assert self.decision.classification is not None
+        return self.decision.classification
+
+    def text(self) -> str:
+        e = self.est
+        return f"{self.row} {e.speedup:.4f}x [{e.lower:.4f}, {e.upper:.4f}] {self.cls}"
+
+
+def _list(rows: list[RowOutcome], n: int = 6) -> str:
+    out = "; ".join(r.text() for r in rows[:n])
+    return out + (f"; +{len(rows) - n} more" if len(rows) > n else "")
+
+
+def gate_geomean(gated: list[RowOutcome], cfg: BenchConfig, evidence: str
+                 ) -> tuple[Gate, stats.RatioEstimate]:
+    est = stats.geomean([o.est for o in gated])
+    threshold = f"lower bound of the geomean over {len(gated)} gated rows >= {cfg.bar}"
+    ambiguous = [o for o in gated if o.cls == stats.AMBIGUOUS]
+    if est.lower >= cfg.bar:
+        status, detail = "pass", None
+    elif est.upper < cfg.bar:
+        status, detail = "fail", f"geomean {est.speedup:.4f}x [{est.lower:.4f}, {est.upper:.4f}] is below the bar {cfg.bar}"
+    elif ambiguous:
+        status = "inconclusive"
+        detail = (f"the interval [{est.lower:.4f}, {est.upper:.4f}] straddles the bar {cfg.bar} and AMBIGUOUS rows "
+                  f"decide it: {_list(ambiguous)}")
+    else:
+        status = "fail"
+        detail = f"every row is decided and the lower bound {est.lower:.4f} is below the bar {cfg.bar}"
+    return Gate("geomean_speedup", threshold, round(est.speedup, 6), status, evidence=evidence,
+                interval=(round(est.lower, 6), round(est.upper, 6)), unit="x", detail=detail), est
+
+
+def gate_class(klass: Any, gated: list[RowOutcome], cfg: BenchConfig, evidence: str) -> Gate:
+    rows = [o for o in gated if o.klass == klass and o.path == "optimized"]
+    name = f"class_{cfg.class_key}{klass}_fast"
+    threshold = f"at least one optimized gated row with {cfg.class_key}={klass} is FAST"
+    fast = [o for o in rows if o.cls == stats.FAST]
+    if fast:
+        best = max(fast, key=lambda o: o.est.lower)
+        return Gate(name, threshold, best.text(), "pass", evidence=evidence,
+                    interval=(round(best.est.lower, 6), round(best.est.upper, 6)), unit="x")
+    ambiguous = [o for o in rows if o.cls == stats.AMBIGUOUS]
+    if ambiguous:
+        return Gate(name, threshold, f"{len(rows)} optimized row(s), none FAST", "inconclusive", evidence=evidence,
+                    detail=f"AMBIGUOUS rows could still be FAST: {_list(ambiguous)}")
+    if not rows:
+        every = [o.row for o in gated if o.klass == klass]
+        why = (f"every gated row of the class falls back ({', '.join(every)})" if every
+               else "no gated row has this class")
+        return Gate(name, threshold, "no optimized row", "fail", evidence=evidence, detail=why)
+    return Gate(name, threshold, f"{len(rows)} optimized row(s), none FAST", "fail", evidence=evidence,
+                detail=_list(rows))
+
+
+def gate_no_regression(gated: list[RowOutcome], cfg: BenchConfig, evidence: str) -> Gate:
+    r = cfg.row_regression_max
+    name, threshold = "no_optimized_row_slow", f"no optimized gated row SLOW by more than {r:.0%}"
+    opt = [o for o in gated if o.path == "optimized"]
+    if not opt:
+        return Gate(name, threshold, "no optimized gated row", "skip", evidence=evidence)
+    classes = {o.key: stats.classify(o.est, cfg.resolution, r) for o in opt}
+    slow = [o for o in opt if classes[o.key] == stats.SLOW]
+    if slow:
+        return Gate(name, threshold, f"{len(slow)} SLOW", "fail", evidence=evidence, detail=_list(slow))
+    floor = 1.0 / (1.0 + r)
+    open_ = [o for o in opt if classes[o.key] == stats.AMBIGUOUS and o.est.lower < floor]
+    if open_:
+        return Gate(name, threshold, f"{len(open_)} undecided", "inconclusive", evidence=evidence,
+                    detail=f"AMBIGUOUS rows whose interval reaches below {floor:.4f}: {_list(open_)}")
+    worst = min(opt, key=lambda o: o.est.lower)
+    return Gate(name, threshold, f"lowest {worst.text()}", "pass", evidence=evidence,
+                interval=(round(worst.est.lower, 6), round(worst.est.upper, 6)), unit="x")
+
+
+def gate_same(name: str, what: str, rows: list[RowOutcome], cfg: BenchConfig, evidence: str) -> Gate:
+    threshold = f"{what} SAME within +-{cfg.resolution:.0%}"
+    if not rows:
+        return Gate(name, threshold, f"no {what}", "skip", evidence=evidence)
+    moved = [o for o in rows if o.cls in (stats.FAST, stats.SLOW)]
+    if moved:
+        return Gate(name, threshold, f"{len(moved)}/{len(rows)} moved", "fail", evidence=evidence, detail=_list(moved))
+    ambiguous = [o for o in rows if o.cls == stats.AMBIGUOUS]
+    if ambiguous:
+        return Gate(name, threshold, f"{len(ambiguous)}/{len(rows)} AMBIGUOUS", "inconclusive", evidence=evidence,
+                    detail=_list(ambiguous))
+    return Gate(name, threshold, f"{len(rows)}/{len(rows)} SAME", "pass", evidence=evidence)
+
+
+def gate_endpoint(kind: str, gated: list[RowOutcome], cfg: BenchConfig, evidence: str) -> Gate:
+    name, threshold = f"endpoint_{kind}_not_slow", f"no gated {kind} row SLOW"
+    rows = [o for o in gated if o.kind == kind]
+    if not rows:
+        return Gate(name, threshold, f"no gated {kind} row", "fail", evidence=evidence,
+                    detail=f"bench.endpoints lists '{kind}' but no gated row has that kind")
+    slow = [o for o in rows if o.cls == stats.SLOW]
+    if slow:
+        return Gate(name, threshold, f"{len(slow)} SLOW", "fail", evidence=evidence, detail=_list(slow))
+    floor = 1.0 / (1.0 + cfg.resolution)
+    open_ = [o for o in rows if o.cls == stats.AMBIGUOUS and o.est.lower < floor]
+    if open_:
+        return Gate(name, threshold, f"{len(open_)} undecided", "inconclusive", evidence=evidence,
+                    detail=f"AMBIGUOUS rows could be SLOW: {_list(open_)}")
+    return Gate(name, threshold, f"{len(rows)} row(s): {_list(rows, 3)}", "pass", evidence=evidence)
+
+
+def gate_memory(gated: list[RowOutcome], cfg: BenchConfig, evidence: str) -> Gate:
+    tol = cfg.memory_tolerance
+    name = "peak_memory_drop"
+    threshold = (f"optimized rows: peak drops by >= {1 - tol:.2f} x the temporaries; "
+                 f"fallback rows: |drop| <= {tol:.2f} x the temporaries")
+    bad, seen = [], 0
+    for o in gated:
+        if o.peak_base is None or o.peak_cand is None:
+            continue
+        seen += 1
+        drop = o.peak_base - o.peak_cand
+        ok = drop >= o.expected_bytes * (1 - tol) if o.path == "optimized" else abs(drop) <= o.expected_bytes * tol
+        if not ok:
+            bad.append(f"{o.row} ({o.path}): drop {drop} B, temporaries {o.expected_bytes} B")
+    if not seen:
+        return Gate(name, threshold, "no peak measured", "skip", evidence=evidence)
+    return Gate(name, threshold, f"{seen - len(bad)}/{seen} rows", "fail" if bad else "pass", evidence=evidence,
+                detail="; ".join(bad) if bad else None)
+
+
+def gate_autotune(outcomes: list[RowOutcome], evidence: str) -> Gate:
+    name, threshold = "autotune_consistent", "unchanged kernels pick the same configs in both arms (or the row is SAME)"
+    flagged = [o for o in outcomes if o.autotune_diff]
+    moved = [o for o in flagged if o.cls != stats.SAME]
+    if moved:
+        return Gate(name, threshold, f"{len(flagged)} row(s) flagged", "inconclusive", evidence=evidence,
+                    detail="; ".join(f"{o.key}: {', '.join(o.autotune_diff)} ({o.cls})" for o in moved)
+                    + ": the difference may be the config, not the code; warm both caches again or pin configs")
+    return Gate(name, threshold, f"{len(flagged)} row(s) flagged" + (", all SAME" if flagged else ""), "pass",
+                evidence=evidence)
+
+
+def cpu_skip(g: Gate) -> Gate:
+    """On CPU a timed gate is evaluated and shown, but never decides."""
+    would = f"would be {g.status}" + (f": {g.detail}" if g.detail else "")
+    return Gate(g.name, g.threshold, g.value, "skip", evidence=g.evidence, interval=g.interval, unit=g.unit,
+                detail=f"{CPU_TIMING_NOTE}; {would}")
+
+
+def evaluate(outcomes: list[RowOutcome], cfg: BenchConfig, evidence: str, *, exclusive: Gate | None = None
+             ) -> tuple[list[Gate], stats.RatioEstimate | None]:
+    """Every benchmark gate from the decided rows (pure; tests/test_bench_gates.py)."""
+    gated = [o for o in outcomes if o.role == "gated"]
+    controls = [o for o in outcomes if o.role == "control"]
+    if not gated:
+        raise ConfigError("bench: no gated row")
+    timed: list[Gate] = []
+    g, est = gate_geomean(gated, cfg, evidence)
+    timed.append(g)
+    timed += [gate_class(k, gated, cfg, evidence) for k in cfg.classes]
+    timed.append(gate_no_regression(gated, cfg, evidence))
+    timed.append(gate_same("fallback_rows_same", "fallback gated rows", [o for o in gated if o.path == "fallback"],
+                           cfg, evidence))
+    timed.append(gate_same("controls_same", "control rows", controls, cfg, evidence))
+    timed += [gate_endpoint(k, gated, cfg, evidence) for k in cfg.endpoints]
+    timed.append(gate_autotune(outcomes, evidence))
+    if exclusive is not None:
+        timed.append(exclusive)
+    if cfg.cpu:
+        timed = [cpu_skip(x) if x.status != "skip" else x for x in timed]
+    return timed + [gate_memory(gated, cfg, evidence)], est
+
+
+# rows and rounds in the record
+
+
+def to_rounds(recorded: list[dict[str, Any]], key: str) -> list[stats.Round]:
+    """One row's rounds from the recorded ones: both arms' samples, the order and the SM clocks when sampled."""
+    out = []
+    for r in recorded:
+        cell = r["rows"][key]
+        clock = {arm: (cell[arm].get("telemetry") or {}).get("sm_clock_mhz") for arm in ("base", "cand")}
+        out.append(stats.Round.from_samples(cell["base"]["samples_ms"], cell["cand"]["samples_ms"], r["order"],
+                                            base_clock_mhz=clock["base"], cand_clock_mhz=clock["cand"]))
+    return out
+
+
+def autotune_diff(row: str, mode: str, autotune: dict[str, Any], sources: dict[str, dict[str, str | None]]
+                  ) -> list[str]:
+    """Kernels with identical source in both arms whose autotune picks differ for this row and mode."""
+    picks = {a: (autotune[a]["row_picks"].get(row) or {}).get(mode) or {} for a in ("base", "cand")}
+    out = []
+    for kernel in sorted(set(picks["base"]) & set(picks["cand"])):
+        same_src = sources["base"].get(kernel) is not None and sources["base"].get(kernel) == sources["cand"].get(kernel)
+        if same_src and sorted(picks["base"][kernel]) != sorted(picks["cand"][kernel]):
+            out.append(f"{kernel} base {picks['base'][kernel]} cand {picks['cand'][kernel]}")
+    return out
+
+
+def describe(o: RowOutcome, recorded: list[dict[str, Any]], cfg: BenchConfig, prof_base: dict[str, Any],
+             prof_cand: dict[str, Any], warm: dict[str, Any]) -> dict[str, Any]:
+    """Everything the record keeps about one row."""
+    cells = [r["rows"][o.key] for r in recorded]
+    arm_samples = {a: [x for c in cells for x in c[a]["samples_ms"]] for a in ("base", "cand")}
+    est = o.est
+    return {
+        "key": o.key, "row": o.row, "mode": o.mode, "role": o.role, "kind": o.kind, "class": o.klass, "path": o.path,
+        "classification": o.cls,
+        "regression_classification": stats.classify(est, cfg.resolution, cfg.row_regression_max),
+        "speedup": est.speedup, "interval": [est.lower, est.upper], "confidence": est.confidence,
+        "decision": o.decision.as_dict(),
+        "summary": {a: stats.summarize(s).as_dict() for a, s in arm_samples.items()},
+        "round_medians_ms": {a: [stats.summarize(c[a]["samples_ms"]).median_ms for c in cells] for a in ("base", "cand")},
+        "host_ahead": host_ahead_share(cells),
+        "orders": [r["order"] for r in recorded],
+        "telemetry": [{a: c[a].get("telemetry") for a in ("base", "cand")} for c in cells],
+        "peak_bytes": {"base": o.peak_base, "cand": o.peak_cand}, "expected_temporary_bytes": o.expected_bytes,
+        "peak_drop_bytes": None if o.peak_base is None or o.peak_cand is None else o.peak_base - o.peak_cand,
+        "kernels": {"base": sorted(prof_base["kernels"]), "cand": sorted(prof_cand["kernels"])},
+        "autotune_diff": list(o.autotune_diff),
+        "warm_wall_s": {a: warm[a]["wall_s"] for a in ("base", "cand")},
+    }
+
+
+def host_ahead_share(cells: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Per arm: samples timed with the host ahead of the GPU, of all samples; samples timed without the hold
+    after it was dropped (``unheld``, kgate.measure.host_ahead); the holds used (ms, empty when none was held); the
+    host synchronisations per call torch reported and whether the hold was re-armed after them."""
+    if not cells or any("ahead" not in c[a] for c in cells for a in ("base", "cand")):
+        return None
+    out = {}
+    for a in ("base", "cand"):
+        holds = [h for c in cells for h in c[a]["hold_ms"]]
+        syncs = [c[a]["syncs"] for c in cells if c[a].get("syncs")]
+        out[a] = {"ahead": sum(c[a]["ahead"] for c in cells), "samples": sum(len(c[a]["samples_ms"]) for c in cells),
+                  "unheld": sum(c[a].get("unheld", 0) for c in cells),
+                  "hold_ms": [min(holds), max(holds)] if holds else [],
+                  "syncs_per_call": max((x["per_call"] for x in syncs), default=None),
+                  "rearmed": any(x["rearmed"] for x in syncs)}
+    return out
+
+
+#: below this share of held samples with the host ahead, a row's spans carry host time worth naming
+AHEAD_SHARE_MIN = 0.9
+
+
+def behind_note(rows: list[dict[str, Any]]) -> list[str]:
+    """Reason lines naming the rows where the host fell behind in more than 10 % of an arm's held samples,
+    and the rows whose hold was dropped (a call that synchronises inside: kgate.measure.host_ahead), saying when the
+    two arms were not timed alike."""
+    behind, dropped = [], []
+    for r in rows:
+        if not (h := r.get("host_ahead")):
+            continue
+        for a in ("base", "cand"):
+            held = h[a]["samples"] - h[a].get("unheld", 0)
+            if held and h[a]["ahead"] < AHEAD_SHARE_MIN * held:
+                behind.append(f"{r['key']} {a} {held - h[a]['ahead']} of {held}")
+        unheld = {a: h[a].get("unheld", 0) for a in ("base", "cand")}
+        if any(unheld.values()):
+            alike = "" if all(unheld.values()) else " (the arms were NOT timed alike)"
+            dropped.append(f"{r['key']} base {unheld['base']}, cand {unheld['cand']} of "
+                           f"{h['base']['samples']}{alike}")
+    out = []
+    if behind:
+        out.append(f"host behind the GPU despite the hold (those spans include host time): {'; '.join(behind)}")
+    if dropped:
+        out.append("hold dropped after samples in a row stayed behind (the call synchronises inside; its spans "
+                   f"include the host's work after that point), samples timed without it: {'; '.join(dropped)}")
+    return out
+
+
+def exclusive_gate(recorded: list[dict[str, Any]], before: list[dict[str, Any]], cpu: bool, evidence: str) -> Gate:
+    name, threshold = "gpu_exclusive", "no compute process but the two workers on the GPU in any round"
+    if cpu:
+        return Gate(name, threshold, "unavailable on CPU", "skip", evidence=evidence)
+    bad = [r["index"] + 1 for r in recorded if (r.get("exclusive") or {}).get("foreign")]
+    if bad:
+        return Gate(name, threshold, f"foreign processes after round(s) {bad}", "inconclusive", evidence=evidence,
+                    detail="another process used the GPU during the benchmark; rerun on an exclusive allocation")
+    checks = list(before) + [r["exclusive"] for r in recorded if r.get("exclusive")]
+    # an empty process list before the workers opened their CUDA contexts says nothing once a later check
+    # listed every worker: that check did verify
+    listed = any(c.get("ours_listed") for c in checks)
+    notes = {c["note"] for c in checks if c.get("note") and not (listed and not c.get("apps"))}
+    return Gate(name, threshold, f"{len(recorded)} round(s) checked" + (f" ({'; '.join(notes)})" if notes else ""),
+                "pass", evidence=evidence)
+

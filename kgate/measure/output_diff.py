@@ -1,0 +1,140 @@
+"""Candidate against BENCH_BASE on the same inputs: every output and gradient compared.
+
+Method: ``candidate_gate`` starts one worker per arm (BENCH_BASE's worktree
+and the candidate's, the shared gate Triton cache: nothing is timed) and asks
+each for one fwdbwd call of ``measure.callable`` on every row of
+``dispatch.rows`` (``dispatch.cpu_rows`` on CPU), inputs drawn from the row's
+seed (their hashes must be equal across arms), pipelined: the candidate runs
+row i while BENCH_BASE runs row i+1 (see :func:`_pipelined`). Each arm saves its tensors;
+the stage loads both and reports, per row and tensor, whether the bytes are
+identical (sha256) and the max absolute difference in float64. A row whose
+``dispatch`` class the candidate does not enable runs the fallback: it must
+be bit-identical, else the gate fails with the row and tensors. Differences
+on enabled classes are reported, not judged here (the frozen tests judge
+them against their tolerances).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from kgate import paths
+from kgate.errors import ConfigError
+from kgate.measure.arms import Arm, Deadline, ask_all, compare_hashes, start_arms
+from kgate.measure.rows import Row, load_spec, row_from_spec
+from kgate.records import Gate
+
+#: The share of the stage time limit the output comparison's workers get (the rest is the gate run's).
+OUTPUTS_SHARE = 0.3
+
+
+def rows_for(campaign_data: dict[str, Any], cpu: bool) -> list[Row]:
+    """The comparison rows of this device, each with a declared dispatch class."""
+    d = campaign_data.get("dispatch") or {}
+    key = "dispatch.cpu_rows" if cpu else "dispatch.rows"
+    known = {k["name"] for k in d.get("classes", [])}
+    rows = [row_from_spec(r, key) for r in d.get("cpu_rows" if cpu else "rows", [])]
+    for r in rows:
+        cls = r.values.get("dispatch")
+        if cls not in known:
+            raise ConfigError(f"key '{key}': row {r.name} names dispatch class {cls!r}, not one of "
+                              f"{', '.join(sorted(known))}")
+    return rows
+
+
+def compare(ctx: Any, wt_base: Path, wt_cand: Path, rows: list[Row], enabled: tuple[str, ...]) -> dict[str, Any]:
+    """Run both arms on ``rows``; return per-row results (see the module docstring)."""
+    c, gpu = ctx.campaign, ctx.gpu
+    spec = load_spec(c, gpu)
+    if spec is None:
+        raise ConfigError(f"campaign {c.name}: key 'dispatch.rows' needs a measure section (the callable)")
+    cache = paths.triton_cache(c.name, gpu, "gate")
+    deadline = Deadline(ctx.deadline_s(OUTPUTS_SHARE))
+    out_dir = ctx.out_dir / "outputs"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    arms = start_arms(ctx, spec, [("base", wt_base, cache), ("cand", wt_cand, cache)], deadline)
+    results = []
+    try:
+        prepared = ask_all(arms, "prepare", rows=[row.values for row in rows])
+        for row in rows:
+            compare_hashes("input", row.name, {a: prepared[a][row.name]["tensors"] for a in prepared})
+        files = {(row.name, a.name): out_dir / f"{row.name}.{a.name}.pt" for row in rows for a in arms}
+        for row, got in _pipelined(arms, rows, files):
+            results.append(_compare_row(row, got, files, enabled))
+        ask_all(arms, "release", rows=[row.name for row in rows])
+    finally:
+        for a in arms:
+            a.close()
+    return {"rows": results, "workers": {a.name: a.info for a in arms}}
+
+
+def _pipelined(arms: list[Arm], rows: list[Row], files: dict[tuple[str, str], Path]):
+    """Yield ``(row, answers by arm)`` with the candidate on row i while BENCH_BASE runs row i+1.
+
+    Compiling dominates a cold run and each arm compiles in its own process, so the two overlap. BENCH_BASE
+    always reaches a row first: an autotuned kernel the two arms share is tuned (and its pick written to the
+    shared cache) by BENCH_BASE before the candidate needs it, as in a sequential run.
+    """
+    base, cand = arms
+
+    def ask(arm: Arm, row: Row) -> None:
+        arm.send("outputs", row=row.name, path=str(files[(row.name, arm.name)].resolve()))
+
+    if rows:
+        ask(base, rows[0])
+    for i, row in enumerate(rows):
+        got = {"base": base.receive()}
+        ask(cand, row)
+        if i + 1 < len(rows):
+            ask(base, rows[i + 1])
+        got["cand"] = cand.receive()
+        yield row, got
+
+
+def _compare_row(row: Row, got: dict[str, Any], files: dict[tuple[str, str], Path],
+                 enabled: tuple[str, ...]) -> dict[str, Any]:
+    """One row's tensors, both arms, compared byte for byte and in float64; the saved files are removed."""
+    import torch
+
+    base_t = torch.load(files[(row.name, "base")])
+    cand_t = torch.load(files[(row.name, "cand")])
+    tensors = []
+    for name in sorted(set(base_t) | set(cand_t)):
+        a, b = base_t.get(name), cand_t.get(name)
+        same = got["base"]["sha256"].get(name) == got["cand"]["sha256"].get(name)
+        if a is None or b is None or a.shape != b.shape:
+            tensors.append({"tensor": name, "identical": False, "max_abs_diff": None,
+                            "note": "missing or different shape in one arm"})
+            continue
+        diff = (a.double() - b.double()).abs()
+        finite = torch.isfinite(diff)
+        max_abs = float(diff[finite].max()) if bool(finite.any()) else 0.0
+        tensors.append({"tensor": name, "identical": same, "max_abs_diff": max_abs,
+                        "nonfinite_mismatch": int((~finite).sum()), "dtype": str(a.dtype)})
+    for arm in ("base", "cand"):
+        files[(row.name, arm)].unlink(missing_ok=True)
+    cls = row.values["dispatch"]
+    return {"row": row.name, "dispatch": cls, "path": "optimized" if cls in enabled else "fallback",
+            "identical": all(t["identical"] for t in tensors), "tensors": tensors}
+
+
+def gates(result: dict[str, Any] | None, reason: str | None, evidence: str) -> list[Gate]:
+    """``outputs_vs_bench_base`` (reported) and ``fallback_bit_identical`` (judged)."""
+    if result is None:
+        return [Gate("outputs_vs_bench_base", "max |candidate - BENCH_BASE| per output and gradient", reason, "skip"),
+                Gate("fallback_bit_identical", "rows of classes the candidate does not enable are bit-identical",
+                     reason, "skip")]
+    rows = result["rows"]
+    worst = [f"{r['row']} ({r['path']}): max {max((t['max_abs_diff'] or 0.0) for t in r['tensors']):.3g}"
+             for r in rows]
+    fallback = [r for r in rows if r["path"] == "fallback"]
+    bad = [f"{r['row']} ({r['dispatch']}): " + ", ".join(
+        f"{t['tensor']} max |diff| {t['max_abs_diff']}" for t in r["tensors"] if not t["identical"])
+        for r in fallback if not r["identical"]]
+    return [Gate("outputs_vs_bench_base", "max |candidate - BENCH_BASE| per output and gradient (reported)",
+                 "; ".join(worst) or "no rows", "pass", evidence=evidence),
+            Gate("fallback_bit_identical", "rows of classes the candidate does not enable are bit-identical",
+                 f"{len(fallback) - len(bad)}/{len(fallback)} fallback row(s) identical",
+                 "fail" if bad else ("pass" if fallback else "skip"), evidence=evidence,
+                 detail="; ".join(bad) if bad else (None if fallback else "no fallback row in dispatch rows"))]

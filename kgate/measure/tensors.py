@@ -1,0 +1,55 @@
+"""A row's tensors: content hashes, the leaves that get gradients, the row's seed (worker and training harness).
+
+Method: a tensor's hash is sha256 over ``dtype|shape|`` and its raw bytes (contiguous, on the host);
+a nested structure of tensors is hashed leaf by leaf under a path name (``args[0]``, ``kwargs.x``;
+anything that is not a tensor by its ``repr``); :func:`combined` hashes the sorted name -> hash map.
+Two arms drew the same inputs exactly when their hashes agree. torch is passed in, never imported
+here, so the coordinator can import this module without creating a CUDA context.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import zlib
+from typing import Any
+
+
+def tensor_sha(torch: Any, t: Any) -> str:
+    h = hashlib.sha256(f"{t.dtype}|{tuple(t.shape)}|".encode())
+    data = t.detach().contiguous().reshape(-1)
+    if data.numel():
+        h.update(data.cpu().view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def hash_tree(torch: Any, obj: Any, prefix: str, out: dict[str, str]) -> None:
+    if isinstance(obj, torch.Tensor):
+        out[prefix] = tensor_sha(torch, obj)
+    elif isinstance(obj, (list, tuple)):
+        for i, x in enumerate(obj):
+            hash_tree(torch, x, f"{prefix}[{i}]", out)
+    elif isinstance(obj, dict):
+        for k in sorted(obj):
+            hash_tree(torch, obj[k], f"{prefix}.{k}", out)
+    else:
+        out[prefix] = hashlib.sha256(repr(obj).encode()).hexdigest()
+
+
+def combined(hashes: dict[str, str]) -> str:
+    return hashlib.sha256(json.dumps(hashes, sort_keys=True).encode()).hexdigest()
+
+
+def leaves_of(torch: Any, obj: Any) -> list[Any]:
+    if isinstance(obj, torch.Tensor):
+        return [obj] if obj.requires_grad and obj.is_leaf else []
+    if isinstance(obj, (list, tuple)):
+        return [t for x in obj for t in leaves_of(torch, x)]
+    if isinstance(obj, dict):
+        return [t for x in obj.values() for t in leaves_of(torch, x)]
+    return []
+
+
+def row_seed(seed: int, name: str) -> int:
+    """Each row's own seed: the campaign seed plus the CRC32 of the row name."""
+    return (seed + zlib.crc32(name.encode())) % 2**63

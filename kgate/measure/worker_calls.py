@@ -1,0 +1,147 @@
+"""The worker's rows and calls: seeded inputs, one call of the op, the saved outputs.
+
+Method: a row's inputs come from the campaign's ``make_inputs`` with the row's own seed
+(:func:`kgate.measure.tensors.row_seed`), every tensor hashed. A call is the op on the row's inputs;
+mode ``fwdbwd`` adds ``torch.autograd.backward`` on the outputs the campaign differentiates, with
+output gradients drawn once per row from the row's seed. Leaf gradients are set to None and cyclic
+garbage is collected before every call (outside timing). An exception of the op is an
+:class:`~kgate.measure.worker_state.ArmTargetError`, except a ``ValueError``: that is re-raised as it
+is (kgate's own checks raise it; the protocol answers it with kind ``internal``), whoever raised it.
+"""
+
+from __future__ import annotations
+
+import gc
+from typing import Any
+
+from kgate.measure import census
+from kgate.measure.tensors import combined, hash_tree, leaves_of, row_seed, tensor_sha
+from kgate.measure.worker_state import ArmTargetError, RowState, State
+
+
+class Calls:
+    """The base of :class:`kgate.measure.worker.Worker`: its state and the row and call primitives."""
+
+    def __init__(self, arm: str) -> None:
+        self.arm = arm
+        self.s = State()
+
+    def prepare(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
+        s, torch = self.s, self.s.torch
+        out = {}
+        for values in rows:
+            name = values["name"]
+            seed = row_seed(s.seed, name)
+            torch.manual_seed(seed)
+            made = s.make_inputs(dict(values), device=s.device, dtype=s.dtype, seed=seed)
+            if not (isinstance(made, tuple) and len(made) == 2 and isinstance(made[1], dict)):
+                raise ValueError(f"make_inputs({name}) must return (args, kwargs), got {type(made).__name__}")
+            args, kwargs = tuple(made[0]), made[1]
+            hashes: dict[str, str] = {}
+            hash_tree(torch, list(args), "args", hashes)
+            hash_tree(torch, kwargs, "kwargs", hashes)
+            s.rows[name] = RowState(name=name, values=dict(values), seed=seed, args=args, kwargs=kwargs,
+                                    leaves=leaves_of(torch, [args, kwargs]))
+            out[name] = {"seed": seed, "tensors": hashes, "sha256": combined(hashes)}
+        self._sync()
+        return out
+
+    def release(self, rows: list[str]) -> dict[str, Any]:
+        for name in rows:
+            self.s.rows.pop(name, None)
+        if self.s.cuda:
+            self.s.torch.cuda.empty_cache()
+        return {"released": rows}
+
+    def _sync(self) -> None:
+        if self.s.cuda:
+            self.s.torch.cuda.synchronize()
+
+    def _flush(self) -> None:
+        if self.s.cuda:
+            from kgate.measure import kernels as measure_kernels
+
+            measure_kernels.flush(self.s.flush_buf)
+        else:
+            self.s.flush_buf.zero_()
+
+    def _zero_grads(self, rs: RowState) -> None:
+        for t in rs.leaves:
+            t.grad = None
+
+    def _prep(self, rs: RowState) -> None:
+        """Before every call, untimed: drop leaf gradients, collect the previous call's cyclic garbage
+        (the interpreter and some host code build reference cycles that hold tensors)."""
+        self._zero_grads(rs)
+        gc.collect()
+
+    def _grads_for(self, rs: RowState, outs: list[Any]) -> list[Any]:
+        torch = self.s.torch
+        grads = []
+        hashes: dict[str, str] = {}
+        for i, o in zip(self.s.differentiate, outs):
+            if o is None or not getattr(o, "requires_grad", False):
+                raise ValueError(f"row {rs.name}: output {i} is {'None' if o is None else 'not differentiable'}; "
+                                 "fix measure.differentiate")
+            gen = torch.Generator(device=o.device).manual_seed(rs.seed + 1 + i)
+            g = torch.randn(o.shape, generator=gen, device=o.device, dtype=torch.float32).to(o.dtype)
+            grads.append(g)
+            hashes[f"grad_outputs[{i}]"] = tensor_sha(torch, g)
+        rs.grad_hashes = hashes
+        return grads
+
+    def _call(self, rs: RowState, mode: str) -> None:
+        torch = self.s.torch
+        try:
+            out = self.s.fn(*rs.args, **rs.kwargs)
+            if mode == "fwdbwd":
+                outs = list(out) if isinstance(out, (tuple, list)) else [out]
+                try:
+                    sel = [outs[i] for i in self.s.differentiate]
+                except IndexError as exc:
+                    raise ValueError(f"measure.differentiate {list(self.s.differentiate)}: the op returned "
+                                     f"{len(outs)} output(s)") from exc
+                if rs.grads is None:
+                    rs.grads = self._grads_for(rs, sel)
+                torch.autograd.backward(sel, rs.grads)
+            elif mode != "fwd":
+                raise ValueError(f"unknown mode {mode!r} (fwd or fwdbwd)")
+            del out
+        except ValueError:
+            raise
+        except Exception as exc:
+            raise ArmTargetError(f"row {rs.name} {mode}: {type(exc).__name__}: {exc}") from exc
+
+    def outputs(self, row: str, path: str) -> dict[str, Any]:
+        """One fwdbwd call on the row's inputs; every tensor output and every leaf gradient is saved
+        (CPU copies, ``torch.save``) to ``path`` for kgate's BENCH_BASE comparison. Returns their sha256."""
+        torch = self.s.torch
+        rs = self._row(row)
+        self._prep(rs)
+        try:
+            out = self.s.fn(*rs.args, **rs.kwargs)
+            outs = list(out) if isinstance(out, (tuple, list)) else [out]
+            sel = [outs[i] for i in self.s.differentiate]
+            if rs.grads is None:
+                rs.grads = self._grads_for(rs, sel)
+            torch.autograd.backward(sel, rs.grads)
+        except ValueError:
+            raise
+        except Exception as exc:
+            raise ArmTargetError(f"row {rs.name} outputs: {type(exc).__name__}: {exc}") from exc
+        tensors = {f"output[{i}]": o.detach() for i, o in enumerate(outs) if isinstance(o, torch.Tensor)}
+        tensors.update({f"grad[{j}]": t.grad for j, t in enumerate(rs.leaves)
+                        if isinstance(t, torch.Tensor) and t.grad is not None})
+        self._sync()
+        torch.save({k: v.cpu() for k, v in tensors.items()}, path)
+        return {"sha256": {k: tensor_sha(torch, v) for k, v in tensors.items()},
+                "shapes": {k: list(v.shape) for k, v in tensors.items()},
+                "dtypes": {k: str(v.dtype) for k, v in tensors.items()}}
+
+    def _row(self, row: str) -> RowState:
+        if row not in self.s.rows:
+            raise ValueError(f"row {row} was not prepared")
+        return self.s.rows[row]
+
+    def _variant(self, fn: Any, key: str, kernel: Any) -> dict[str, Any]:
+        return census.variant(fn, key, kernel, self.s.info.get("device") or {})

@@ -1,0 +1,121 @@
+"""Candidate identity and materialization.
+
+A candidate comes from an overlay folder under kernels/, a git ref of the
+user's clone, or the uncommitted state of a checkout. Its identity is a
+content hash (12 hex digits of sha256): of the overlay's manifest and files,
+or of the diff against the baseline (plus untracked files). The hash is
+computed every time the DAG is built (cheap: reads only), so any edit yields
+a new id and reruns exactly the candidate stages; reading never writes into
+the user's repository.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from kgate import paths
+from kgate.campaign import Campaign
+from kgate.errors import ConfigError
+from kgate.source import git as gitops
+from kgate.source import overlay
+
+
+@dataclass(frozen=True, slots=True)
+class Materialized:
+    """What was applied to the candidate worktree."""
+
+    kind: str
+    source: str
+    touched: list[str]
+
+
+def _user_path(value: str) -> Path:
+    p = Path(value).expanduser()
+    return p if p.is_absolute() else (paths.PROJECT / p)
+
+
+def _diff_against(path: Path, base: str, tip: str | None) -> tuple[str, list[str]]:
+    """(patch, untracked files) of ``path`` relative to ``base``; tip None = working tree."""
+    if gitops.git("cat-file", "-t", base, cwd=path, check=False).strip() != "commit":
+        raise ConfigError(f"key 'candidate': {path} does not contain the baseline commit {base}")
+    if tip is None:
+        patch = gitops.git("diff", "--binary", "--no-renames", base, cwd=path)
+        untracked = gitops.git("ls-files", "--others", "--exclude-standard", cwd=path).split()
+        return patch, sorted(untracked)
+    return gitops.git("diff", "--binary", "--no-renames", base, tip, cwd=path), []
+
+
+def _baseline_for_diff(c: Campaign) -> str:
+    t = c.data["target"]
+    if "repo" not in t:
+        raise ConfigError("key 'candidate': ref and worktree candidates need a target.repo (a git baseline)")
+    return t["repo"]["baseline"]
+
+
+def identity(c: Campaign) -> str:
+    """The candidate's content hash."""
+    src = c.candidate_source
+    if src.kind == "overlay":
+        return overlay.content_hash(paths.PROJECT / src.value, c.target_identity)
+    base = _baseline_for_diff(c)
+    h = hashlib.sha256()
+    if src.kind == "ref":
+        repo = _user_path(c.data["target"]["repo"]["path"])
+        patch, _ = _diff_against(repo, base, src.value)
+        h.update(patch.encode())
+    else:
+        wt = _user_path(src.value)
+        patch, untracked = _diff_against(wt, base, None)
+        h.update(patch.encode())
+        for f in untracked:
+            h.update(f.encode() + b"\0" + (wt / f).read_bytes())
+    return h.hexdigest()[:12]
+
+
+def materialize(c: Campaign, worktree: Path) -> Materialized:
+    """Apply the candidate to ``worktree`` (sitting at BENCH_BASE); the caller commits."""
+    src = c.candidate_source
+    if src.kind == "overlay":
+        variant = overlay.select(paths.PROJECT / src.value, c.target_identity)
+        return Materialized("overlay", src.value, overlay.apply(variant, worktree))
+    base = _baseline_for_diff(c)
+    if src.kind == "ref":
+        patch, untracked = _diff_against(_user_path(c.data["target"]["repo"]["path"]), base, src.value)
+        origin = None
+    else:
+        origin = _user_path(src.value)
+        patch, untracked = _diff_against(origin, base, None)
+    if patch.strip():
+        gitops.git("apply", "--3way", "--whitespace=nowarn", "-", cwd=worktree, input_text=patch)
+    for f in untracked:
+        assert origin is not None
+        dest = worktree / f
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(origin / f, dest)
+    touched = sorted({line.split(" b/", 1)[-1] for line in patch.splitlines() if line.startswith("diff --git ")}
+                     | set(untracked))
+    return Materialized(src.kind, src.value, touched)
+
+
+def enabled_classes(c: Campaign) -> tuple[str, ...]:
+    """Dispatch classes the candidate declares it enables: its overlay's ``enables``, else the
+    campaign's ``candidate.enables``; none declared means every class must fall back.
+    A name the campaign's ``dispatch.classes`` does not declare is a ConfigError."""
+    src = c.candidate_source
+    declared: list[str] | None = None
+    where = "candidate.enables"
+    if src.kind == "overlay":
+        declared = overlay.enables(paths.PROJECT / src.value)
+        where = f"{src.value}/overlay.yaml: key 'enables'"
+    if declared is None:
+        declared = list(c.data["candidate"].get("enables") or [])
+    known = [k["name"] for k in (c.data.get("dispatch") or {}).get("classes", [])]
+    unknown = [n for n in declared if n not in known]
+    if unknown:
+        raise ConfigError(f"{where}: unknown dispatch class(es) {', '.join(unknown)} "
+                          f"(declared in dispatch.classes: {', '.join(known) or 'none'})")
+    return tuple(declared)
+

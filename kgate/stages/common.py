@@ -1,0 +1,158 @@
+"""What every stage does around its own logic.
+
+``execute`` loads and validates the campaign, checks that the device has the
+class the paths claim, checks that the previous gate passed (a stage is never
+run past a failed gate, even by hand), runs the stage function, and writes the
+record with provenance. A ``KgateError`` propagates to the CLI (exit 2, no
+record written, so nothing already measured is overwritten by a non-result).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kgate import campaign as campaign_mod
+from kgate import device as device_mod
+from kgate import epochs, paths, protocol, provenance
+from kgate.campaign import Campaign
+from kgate.errors import IncompleteData
+from kgate.records import StageResult, build_record, read_record, write_json
+from kgate.testrun import runner as gate
+
+StageFn = Callable[["Context"], StageResult]
+
+#: Shares of the stage time limit (``--runtime-min``) given to what a stage starts, one per purpose; the rest
+#: of the limit is left for the stage's own work around it before the workflow's limit ends the job.
+#: A gate run (pytest: baseline_tests, fixture_freeze, candidate_gate and the dependent tests).
+GATE_RUN_SHARE = 0.9
+#: The workers of a stage that profiles without a round checkpoint (profile_baseline, profile_candidate, ncu).
+PROFILE_SHARE = 0.9
+#: The workers of a stage whose rounds checkpoint (bench, model): a killed job resumes, so they run closer to it.
+ROUNDS_SHARE = 0.95
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """What a stage function receives.
+
+    ``args`` is the stage's parsed command line; stages read it only through the
+    properties below (``stage``, ``forced``, ``calibration``, ``workers``,
+    ``test_timeout_s``, ``sdist_cache``, ``deadline_s``), never directly.
+    """
+
+    campaign: Campaign
+    gpu: str
+    candidate: str | None
+    args: argparse.Namespace
+    device: dict[str, Any]
+    inputs: dict[str, dict[str, Any]]
+
+    @property
+    def stage(self) -> str:
+        """The stage being run (the CLI subcommand)."""
+        return str(self.args.stage)
+
+    @property
+    def out_dir(self) -> Path:
+        return paths.stage_dir(self.campaign.name, self.gpu, self.stage, self.candidate)
+
+    @property
+    def forced(self) -> bool:
+        """``--force``: the run goes past what ``protocol.lets_through`` lets a forced run past."""
+        return bool(getattr(self.args, "force", False))
+
+    @property
+    def calibration(self) -> bool:
+        """``--calibration`` (model only): an A/A calibration by hand, never GO."""
+        return bool(getattr(self.args, "calibration", False))
+
+    @property
+    def workers(self) -> int:
+        """``--workers``: pytest-xdist workers of a gate run (1 = no xdist)."""
+        return int(self.args.workers)
+
+    @property
+    def test_timeout_s(self) -> int:
+        """``--test-timeout-s``: the per-test timeout unless the campaign sets ``timeouts.test_s``."""
+        return int(self.args.test_timeout_s)
+
+    @property
+    def sdist_cache(self) -> Path:
+        """``--sdist-cache``: the folder of pinned sdists."""
+        return Path(self.args.sdist_cache)
+
+    def deadline_s(self, share: float) -> float:
+        """Seconds for ``share`` of the stage time limit (``--runtime-min``; the shares above)."""
+        return self.args.runtime_min * 60 * share
+
+    def gate_spec(self) -> gate.GateSpec:
+        g = self.campaign.data["gate"]
+        cpu = self.gpu == "cpu"
+        select = (g.get("select") or {}).get("cpu" if cpu else "gpu")
+        setup = g.get("cpu_setup")
+        test_timeout = self.campaign.data.get("timeouts", {}).get("test_s") or self.test_timeout_s
+        return gate.GateSpec(
+            tests=tuple(g["tests"]), select=select, pytest_args=tuple(g.get("pytest_args", [])),
+            forbid_env=tuple(g.get("forbid_env", [])),
+            python_path=tuple(self.campaign.data["target"].get("python_path", ["."])),
+            cpu=cpu, cpu_setup=(paths.PROJECT / setup) if (cpu and setup) else None,
+            test_timeout_s=int(test_timeout), run_timeout_s=int(self.deadline_s(GATE_RUN_SHARE)),
+            workers=self.workers,
+            env_record=tuple(self.campaign.data.get("env", {}).get("record", [])),
+            env_set=tuple(sorted((g.get("env") or {}).items())))
+
+
+def add_common_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--campaign-file", required=True, help="Campaign YAML (validated again here).")
+    p.add_argument("--gpu", required=True, help="Device class the results belong to (cpu, h200, ...).")
+    p.add_argument("--candidate", default=None, help="Candidate id (content hash) for candidate stages.")
+    p.add_argument("--candidate-source", default=None, help="overlay:<dir>, ref:<ref> or worktree:<path> override.")
+    p.add_argument("--target-path", default=None, help="Override of target.repo.path.")
+    p.add_argument("--record", required=True, help="Where to write this stage's record.")
+    p.add_argument("--input-record", action="append", default=[], help="Records of the stages this one needs.")
+    p.add_argument("--local-rule", action="store_true", help="The workflow runs this rule on the submit host.")
+    p.add_argument("--runtime-min", type=float, default=120.0, help="Stage time limit (minutes); gate runs get 90 %%.")
+    p.add_argument("--test-timeout-s", type=int, default=900, help="Per-test timeout unless the campaign sets one.")
+    p.add_argument("--workers", type=int, default=1, help="pytest-xdist workers for gate runs (1 = no xdist).")
+    p.add_argument("--sdist-cache", default="work/cache/sdists", help="Folder of pinned sdists.")
+    p.add_argument("--force", action="store_true",
+                   help="Run past an input that stopped, or a measuring stage's fail or inconclusive (config "
+                        "force=true; protocol.EVIDENCE_STAGES); the verdict stays STOPPED or NO-GO, never GO.")
+
+
+def load_inputs(records: list[str], force: bool = False) -> dict[str, dict[str, Any]]:
+    """Read input records by stage; a previous gate that did not pass blocks this stage, except what
+    ``protocol.lets_through`` lets a forced run past (a stop; a measuring stage's fail or inconclusive)."""
+    out = {}
+    for r in records:
+        rec = read_record(r)
+        if not protocol.lets_through(rec["stage"], rec["status"], force):
+            raise IncompleteData(f"blocked: input {r} has status '{rec['status']}' "
+                                 f"({'; '.join(rec['reasons'][:2])}); this stage does not run past a failed gate")
+        out[rec["stage"]] = rec
+    return out
+
+
+def execute(stage: str, fn: StageFn, args: argparse.Namespace) -> int:
+    clock = provenance.Clock()
+    overrides = {"target_path": args.target_path, "candidate": args.candidate_source}
+    camp = campaign_mod.load(args.campaign_file, overrides)
+    epoch = epochs.current(camp)
+    dev = device_mod.check_class(args.gpu)
+    inputs = load_inputs(args.input_record, force=bool(getattr(args, "force", False)))
+    ctx = Context(campaign=camp, gpu=args.gpu, candidate=args.candidate, args=args,
+                  device=dev.as_dict(), inputs=inputs)
+    result = fn(ctx)
+    env_patterns = camp.data.get("env", {}).get("record", [])
+    prov = provenance.collect(clock=clock, device=dev.as_dict(), env_patterns=env_patterns,
+                              local_rule=bool(args.local_rule))
+    record = build_record(stage=stage, campaign=camp.name, gpu=args.gpu, candidate=args.candidate,
+                          result=result, provenance=prov,
+                          epoch={"number": epoch["number"], "contract": epoch["contract"]} if epoch else None)
+    write_json(Path(args.record), record)
+    print(f"kgate {stage}: {record['status']}" + (f" ({'; '.join(record['reasons'])})" if record["reasons"] else ""))
+    return 0

@@ -1,0 +1,69 @@
+"""Stage ``fixture_freeze``: extend the gate with test-only cases, commit BENCH_BASE, freeze.
+
+Method: in a worktree on ``kgate/<campaign>/bench_base`` at the baseline,
+apply the fixture overlay (every edited path must match ``fixture.test_paths``),
+commit with kgate's fixed identity (so BENCH_BASE is reproducible), run the
+full gate against the untouched production code, and require it green and a
+superset of the baseline's test ids (a fixture only adds). Then write the
+manifest: sha256 of the frozen paths and of the gate's test files.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+
+from kgate import epochs, paths
+from kgate.errors import ConfigError
+from kgate.records import Gate, StageResult, write_json
+from kgate.source import git, manifest, overlay
+from kgate.stages.common import Context
+from kgate.testrun.judge import judge, run_with_reruns
+
+
+def frozen_patterns(ctx: Context, fixture_paths: list[str]) -> list[str]:
+    """Frozen: the campaign's list, the gate's test paths and every path the fixture wrote."""
+    return sorted(set(ctx.campaign.data["frozen"]) | set(ctx.campaign.data["gate"]["tests"]) | set(fixture_paths))
+
+
+def run(ctx: Context) -> StageResult:
+    c, gpu = ctx.campaign, ctx.gpu
+    target, base = ctx.inputs["target"], ctx.inputs["baseline_tests"]
+    baseline_sha = target["data"]["baseline_sha"]
+    repo = paths.repo(c.name, gpu)
+    wt = paths.worktree(c.name, gpu, "bench_base")
+    git.reset_worktree(repo, wt, baseline_sha, branch=paths.branch(c.name, "bench_base"))
+    fx = c.data["fixture"]
+    variant = overlay.select(paths.PROJECT / fx["overlay"], c.target_identity)
+    touched = overlay.apply(variant, wt)
+    outside = [p for p in touched if not any(fnmatch.fnmatchcase(p, g) for g in fx["test_paths"])]
+    if outside:
+        raise ConfigError(f"key 'fixture.overlay': the fixture edits non-test path(s) {outside} "
+                          f"(allowed: {fx['test_paths']})")
+    bench_base = git.commit_all(wt, f"kgate: fixture for {c.name} ({fx['overlay']})")
+    spec = ctx.gate_spec()
+    cache = paths.triton_cache(c.name, gpu, "gate")
+    first, history = run_with_reruns(spec, wt, ctx.out_dir, cache, c.data["gate"]["reruns"])
+    gates = [judge(first, history, first.junit_path, "fixture_gate_green")]
+    base_ids = set(base["data"]["run"]["collected"])
+    lost = sorted(base_ids - set(first.collected))
+    added = sorted(set(first.collected) - base_ids)
+    gates.append(Gate("fixture_only_adds", "fixture run collects every baseline test id",
+                      f"{len(base_ids)} -> {len(first.collected)} collected (+{len(added)})",
+                      "fail" if lost else "pass", evidence=first.outcomes_path,
+                      detail=f"baseline ids missing after the fixture: {', '.join(lost)}" if lost else None))
+    files = manifest.expand(wt, frozen_patterns(ctx, touched))
+    sums = manifest.compute(wt, files)
+    man_path = ctx.out_dir / "manifest.json"
+    write_json(man_path, {"schema": "kgate.manifest/1", "bench_base": bench_base, "files": sums})
+    gates.append(Gate("frozen_manifest", "sha256 of every frozen path recorded", f"{len(sums)} files", "pass",
+                      evidence=str(man_path)))
+    data = {"baseline_sha": baseline_sha, "bench_base": bench_base, "branch": paths.branch(c.name, "bench_base"),
+            "worktree": str(wt), "fixture_paths": touched, "manifest": sums, "manifest_path": str(man_path),
+            "run": first.as_data(), "reruns": history, "baseline_passed": base["data"]["run"]["counts"].get("passed", 0),
+            "fixture_passed": first.counts.get("passed", 0), "added_ids": added,
+            "patch": git.patch(wt, baseline_sha, bench_base)}
+    result = StageResult(gates=gates, data=data)
+    if result.status == "pass":
+        # the contract is fixed from here on: a later change needs new_epoch=true
+        epochs.mark_frozen(c, gpu, bench_base)
+    return result

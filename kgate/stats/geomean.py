@@ -1,0 +1,123 @@
+"""Geometric means of speedups: over rows with an interval (:func:`geomean`), and of plain values."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from kgate.errors import ConfigError
+from kgate.stats.distribution_free import _relabel, _signflip
+from kgate.stats.ratio import RatioEstimate, _crossover_core
+from kgate.stats.rounds import AB, _check_confidence, _t_quantile_real
+
+
+def geomean(estimates: Sequence[RatioEstimate], confidence: float | None = None) -> RatioEstimate:
+    """Equal-weight geometric mean of row speedups, with an interval.
+
+    Method, chosen by the data:
+
+    * **aligned rows** (every row has per-round log-ratios with the same round
+      count and order sequence, as when all shapes run in every round): take
+      the per-round mean of the rows' log-ratios and run the crossover
+      estimator on that series. Its interval includes any correlation between
+      rows (a slow round slows every shape), and it stays valid when rows were
+      in fact measured in separate rounds.
+    * **otherwise**: delta method. Mean of the row log-ratios, standard error
+      ``sqrt(sum se_i^2) / k``, Welch-Satterthwaite degrees of freedom. This
+      assumes the rows' errors are independent; rows that shared rounds are
+      positively correlated and the interval is then too narrow (a warning
+      says so).
+
+    Aligned rows also get the exact randomisation check on the per-round
+    series. ``confidence`` defaults to the rows' common confidence. Test:
+    tests/test_stats.py (mixed rows, aligned and delta paths). Limits: equal
+    weights make a tiny shape count as much as a large one; the geomean hides
+    a regressed row behind a faster one, so rows are classified too.
+    """
+    rows = list(estimates)
+    if not rows:
+        raise ConfigError("geomean: no rows")
+    confs = {r.confidence for r in rows}
+    if confidence is None:
+        if len(confs) != 1:
+            raise ConfigError(f"geomean: rows have different confidences {sorted(confs)}")
+        conf = confs.pop()
+    else:
+        conf = _check_confidence(confidence)
+    k = len(rows)
+    aligned = (
+        all(r.log_ratios for r in rows)
+        and len({r.orders for r in rows}) == 1
+        and len({len(r.log_ratios) for r in rows}) == 1
+    )
+    warns: list[str] = []
+    if aligned:
+        series = np.mean(np.array([r.log_ratios for r in rows]), axis=0)
+        orders = rows[0].orders
+        is_ab = np.array([o == AB for o in orders])
+        point, se, dof, sd, w, method = _crossover_core(series, is_ab)
+        method = f"geomean over {k} rows: per-round row means, {method}"
+        log_ratios = tuple(float(v) for v in series)
+        n = len(orders)
+        order_effect = None if w is None else math.exp(w)
+        check = (
+            _relabel(series, is_ab, 1.0 - conf, 0)
+            if method.endswith("crossover-t")
+            else _signflip(series, 1.0 - conf, 0)
+        )
+    else:
+        point = float(np.mean([r.log_ratio for r in rows]))
+        var = [r.log_se**2 for r in rows]
+        se = math.sqrt(sum(var)) / k
+        denom = sum(v**2 / r.dof for v, r in zip(var, rows))
+        dof = (sum(var) ** 2 / denom) if denom > 0 else float(min(r.dof for r in rows))
+        sd = None
+        method = f"geomean over {k} rows: delta method, Welch-Satterthwaite dof"
+        log_ratios = ()
+        orders = ()
+        n = min(r.n for r in rows)
+        order_effect = None
+        check = None
+        if k > 1:
+            warns.append(
+                "rows differ in rounds or order, so the geomean interval assumes independent "
+                "rows; if they shared rounds it is too narrow: run every row in every round"
+            )
+    tq = _t_quantile_real(dof, conf)
+    noisy = sum(1 for r in rows if r.warnings)
+    if noisy:
+        warns.append(f"{noisy} of {k} rows carry quality warnings; read them before the geomean")
+    return RatioEstimate(
+        speedup=math.exp(point),
+        lower=math.exp(point - tq * se),
+        upper=math.exp(point + tq * se),
+        confidence=conf,
+        log_ratio=point,
+        log_se=se,
+        dof=float(dof),
+        n=n,
+        method=method,
+        sd_log=sd,
+        order_effect=order_effect,
+        base_cv=None,
+        cand_cv=None,
+        log_ratios=log_ratios,
+        orders=orders,
+        distribution_free=check,
+        throttled_rounds=tuple(sorted({i for r in rows for i in r.throttled_rounds})),
+        rows=k,
+        warnings=tuple(warns),
+    )
+
+
+def geomean_values(values: list[float]) -> float:
+    """The plain geometric mean ``exp(mean(ln v))`` of positive values, without an interval.
+
+    Used for the profile stages' best-case and implied speedups over rows. Raises ``ConfigError`` on
+    an empty list; a value <= 0 raises ``ValueError`` (``math.log``).
+    """
+    if not values:
+        raise ConfigError("geomean of no values")
+    return math.exp(sum(math.log(v) for v in values) / len(values))

@@ -1,0 +1,329 @@
+"""The paired speedup of one row: the AB/BA crossover estimate and its interval.
+
+The rounds form a two-sequence crossover design (AB/BA). Model, in log space::
+
+    d_i = tau + o_i * w + e_i,    o_i = +1 for AB rounds, -1 for BA rounds
+
+``tau`` is the log speedup, ``w`` the *order effect* (how much faster the arm
+measured second in a round looks: clock ramp, warm caches, and the within-round
+part of any linear drift), ``e_i`` round noise. Pairing the two arms of one
+round removes everything the round shares (slow drift across rounds, a hot or
+cold GPU that round); the balanced estimator::
+
+    tau_hat = (mean(d | AB) + mean(d | BA)) / 2
+
+removes ``w`` exactly, for any number of rounds, including the odd counts
+(5, 7, ..., 15) that the adaptive controller produces. A linear drift that
+slows everything by ``g`` (log) per round makes the second arm of each round
+``g/2`` slower: ``d`` gains ``-g/2`` in AB rounds and ``+g/2`` in BA rounds,
+i.e. ``w = -g/2``, which cancels. The plain mean of ``d`` would keep a bias
+``w / n`` at odd ``n``.
+
+The interval is a Student-t interval on ``tau_hat`` with the pooled
+within-order standard deviation ``s_p`` and ``n - 2`` degrees of freedom::
+
+    se = s_p / 2 * sqrt(1/n_AB + 1/n_BA)
+    speedup in exp(tau_hat -/+ t_{n-2, 1-alpha/2} * se)
+
+This is the textbook AB/BA crossover analysis (Hills & Armitage, 1979). With
+only two rounds, or rounds all in one order (not interleaved), the order
+effect is not estimable and the plain paired mean with ``n - 1`` degrees of
+freedom is used instead, with a warning.
+
+Limits
+------
+* Rounds are assumed independent given the order: a drift that is not linear
+  within a round (a step between the two arms) is not removed.
+* The t-interval assumes roughly normal round log-ratios; at 5 rounds one wild
+  round inflates ``s_p`` (conservative) but a skewed noise can bias one side.
+* The between-round CV includes any drift across rounds; the pairing removes
+  it from the estimate, not from the reported CV.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from kgate.errors import ConfigError
+from kgate.stats.distribution_free import DistributionFreeCheck, _relabel, _signflip
+from kgate.stats.rounds import AB, Round, _as_positive_array, _check_confidence, _check_orders, _t_quantile
+
+#: Between-round CV above which a warning is raised.
+CV_WARN = 0.05
+#: Mean SM-clock difference between arms (log) above which a warning is raised.
+CLOCK_SKEW_WARN = 0.01
+
+
+# the paired estimate
+
+
+@dataclass(frozen=True, slots=True)
+class RatioEstimate:
+    """A speedup (``base / cand``; > 1 = candidate faster) with its interval.
+
+    ``log_ratio`` and ``log_se`` are in natural-log units; ``speedup``,
+    ``lower``, ``upper`` are ``exp`` of the point and the t-interval ends.
+    ``order_effect`` is how much faster the arm measured second in a round
+    appears (a ratio; ``None`` when not estimable). ``log_ratios`` and
+    ``orders`` are the rounds behind the estimate (per-round row means for a
+    geomean over aligned rows; empty for a delta-method geomean).
+    """
+
+    speedup: float
+    lower: float
+    upper: float
+    confidence: float
+    log_ratio: float
+    log_se: float
+    dof: float
+    n: int
+    method: str
+    sd_log: float | None
+    order_effect: float | None
+    base_cv: float | None
+    cand_cv: float | None
+    log_ratios: tuple[float, ...]
+    orders: tuple[str, ...]
+    distribution_free: DistributionFreeCheck | None
+    throttled_rounds: tuple[int, ...] = ()
+    rows: int = 1
+    warnings: tuple[str, ...] = field(default=())
+
+    @property
+    def log_lower(self) -> float:
+        return math.log(self.lower)
+
+    @property
+    def log_upper(self) -> float:
+        return math.log(self.upper)
+
+    def as_dict(self) -> dict[str, object]:
+        """JSON-ready dict; the distribution-free check is nested."""
+        out: dict[str, object] = {}
+        for name in self.__slots__:
+            value = getattr(self, name)
+            if isinstance(value, DistributionFreeCheck):
+                value = value.as_dict()
+            elif isinstance(value, tuple):
+                value = list(value)
+            out[name] = value
+        return out
+
+
+def _crossover_core(
+    d: np.ndarray, is_ab: np.ndarray
+) -> tuple[float, float, float, float | None, float | None, str]:
+    """Point, se, dof, sd, order effect (log) and method name."""
+    n = d.size
+    n1 = int(is_ab.sum())
+    n2 = n - n1
+    if n >= 3 and n1 >= 1 and n2 >= 1:
+        m1 = float(d[is_ab].mean())
+        m2 = float(d[~is_ab].mean())
+        ss = float(((d[is_ab] - m1) ** 2).sum() + ((d[~is_ab] - m2) ** 2).sum())
+        dof = n - 2
+        sd = math.sqrt(ss / dof)
+        se = 0.5 * sd * math.sqrt(1.0 / n1 + 1.0 / n2)
+        return 0.5 * (m1 + m2), se, float(dof), sd, 0.5 * (m1 - m2), "crossover-t"
+    mean = float(d.mean())
+    sd = float(d.std(ddof=1))
+    return mean, sd / math.sqrt(n), float(n - 1), sd, None, "paired-t"
+
+
+def _clock_checks(
+    rounds_base_mhz: Sequence[float | None] | None,
+    rounds_cand_mhz: Sequence[float | None] | None,
+    n: int,
+    reference_mhz: float | None,
+    throttle_fraction: float,
+) -> tuple[tuple[int, ...], list[str]]:
+    if rounds_base_mhz is None and rounds_cand_mhz is None:
+        return (), []
+    base = [None] * n if rounds_base_mhz is None else list(rounds_base_mhz)
+    cand = [None] * n if rounds_cand_mhz is None else list(rounds_cand_mhz)
+    if len(base) != n or len(cand) != n:
+        raise ConfigError(f"clock data: expected {n} entries per arm")
+    values = [v for v in base + cand if v is not None]
+    if not values:
+        return (), []
+    for v in values:
+        if not (math.isfinite(v) and v > 0):
+            raise ConfigError(f"clock data: expected MHz > 0, got {v!r}")
+    if not (0.0 < throttle_fraction < 1.0):
+        raise ConfigError(f"throttle_fraction: expected (0, 1), got {throttle_fraction!r}")
+    ref = float(reference_mhz) if reference_mhz is not None else max(values)
+    limit = throttle_fraction * ref
+    throttled = tuple(
+        i
+        for i in range(n)
+        if (base[i] is not None and base[i] < limit) or (cand[i] is not None and cand[i] < limit)
+    )
+    warns: list[str] = []
+    if throttled:
+        warns.append(
+            f"throttled rounds {list(throttled)}: SM clock below {throttle_fraction:.0%} of "
+            f"{ref:.0f} MHz; check cooling/power limits or rerun these rounds"
+        )
+    logs = [math.log(b / c) for b, c in zip(base, cand) if b is not None and c is not None]
+    if logs:
+        skew = float(np.mean(logs))
+        if abs(skew) > CLOCK_SKEW_WARN:
+            higher = "baseline" if skew > 0 else "candidate"
+            warns.append(
+                f"arms ran at different SM clocks (the {higher}'s was "
+                f"{math.expm1(abs(skew)):.1%} higher on average): part of the speedup may be "
+                "clock, not code; compare in cycle space (time x clock) or lock clocks"
+            )
+    return throttled, warns
+
+
+def paired_ratio(
+    base_rounds_ms: Sequence[float],
+    cand_rounds_ms: Sequence[float],
+    confidence: float = 0.95,
+    *,
+    orders: Sequence[str] | None = None,
+    base_clock_mhz: Sequence[float | None] | None = None,
+    cand_clock_mhz: Sequence[float | None] | None = None,
+    reference_clock_mhz: float | None = None,
+    throttle_fraction: float = 0.75,
+    distribution_free: bool = True,
+    seed: int = 0,
+) -> RatioEstimate:
+    """Paired speedup of the candidate over the baseline from round statistics.
+
+    ``base_rounds_ms[i]`` and ``cand_rounds_ms[i]`` are round ``i``'s statistic
+    (the round median) of each arm, measured back to back; ``orders[i]`` is
+    ``"AB"`` (baseline first) or ``"BA"``, default alternating from ``"AB"``.
+
+    Method: crossover estimator on ``d_i = ln(base_i / cand_i)`` with a Student
+    t interval (``n - 2`` dof), see the module docstring; paired mean with
+    ``n - 1`` dof when only two rounds or one order are given. With
+    ``distribution_free`` the exact randomisation interval is computed too
+    (seeded only when it must be sampled).
+
+    Quality warnings (each says what to do): between-round CV above 5 %, fewer
+    than 5 rounds, a significant order effect, rounds all in one order,
+    identical log-ratios (timer too coarse), and, with clock data, throttled
+    rounds (a clock below ``throttle_fraction`` of ``reference_clock_mhz``,
+    default the highest clock seen; nvbench's 75 % rule) and a mean SM-clock
+    difference between arms above 1 %. Throttled rounds are flagged, not
+    dropped: dropping one would unbalance the AB/BA design.
+
+    Test: tests/test_stats.py (FAST/SLOW/SAME cases, drift cancellation, the
+    exact intervals against brute force). Limits: see the module docstring.
+    Raises ``ConfigError`` for fewer than 2 rounds, unequal lengths, or
+    non-positive/non-finite times.
+    """
+    conf = _check_confidence(confidence)
+    base = _as_positive_array(base_rounds_ms, "base_rounds_ms")
+    cand = _as_positive_array(cand_rounds_ms, "cand_rounds_ms")
+    if base.size != cand.size:
+        raise ConfigError(
+            f"rounds: {base.size} baseline vs {cand.size} candidate values; rounds must be paired"
+        )
+    n = int(base.size)
+    if n < 2:
+        raise ConfigError(f"rounds: need at least 2 paired rounds, got {n}")
+    ords = _check_orders(orders, n)
+    d = np.log(base) - np.log(cand)
+    is_ab = np.array([o == AB for o in ords])
+    point, se, dof, sd, w, method = _crossover_core(d, is_ab)
+    tq = _t_quantile(int(dof), conf)
+    warns: list[str] = []
+
+    base_cv = float(base.std(ddof=1) / base.mean())
+    cand_cv = float(cand.std(ddof=1) / cand.mean())
+    worst = max(base_cv, cand_cv)
+    if worst > CV_WARN:
+        warns.append(
+            f"between-round CV is {worst:.1%} (> {CV_WARN:.0%}): the GPU is shared, throttling "
+            "or the rounds are too short; use an exclusive node, lengthen rounds, lock clocks "
+            "if permitted"
+        )
+    if n < 5:
+        warns.append(f"only {n} rounds: run at least 5 interleaved rounds")
+    if method == "paired-t":
+        if is_ab.all() or (~is_ab).all():
+            warns.append(
+                "all rounds ran in one order: the order effect is confounded with the "
+                "speedup; alternate AB/BA"
+            )
+    elif w is not None and se > 0 and abs(w) > tq * se:
+        warns.append(
+            f"order effect: the arm measured second in a round looks "
+            f"{math.expm1(w):+.1%} faster; the estimate removes it, but warm both arms "
+            "after switching (untimed calls) to regain precision"
+        )
+    if sd is not None and sd < 1e-9:
+        warns.append(
+            "every round gave the same log-ratio: the interval has zero width; check that the "
+            "timer resolution is much finer than the kernel time"
+        )
+
+    throttled, clock_warns = _clock_checks(
+        base_clock_mhz, cand_clock_mhz, n, reference_clock_mhz, throttle_fraction
+    )
+    warns.extend(clock_warns)
+
+    check: DistributionFreeCheck | None = None
+    if distribution_free:
+        alpha = 1.0 - conf
+        if method == "crossover-t":
+            check = _relabel(d, is_ab, alpha, seed)
+        else:
+            check = _signflip(d, alpha, seed)
+
+    return RatioEstimate(
+        speedup=math.exp(point),
+        lower=math.exp(point - tq * se),
+        upper=math.exp(point + tq * se),
+        confidence=conf,
+        log_ratio=point,
+        log_se=se,
+        dof=dof,
+        n=n,
+        method=method,
+        sd_log=sd,
+        order_effect=None if w is None else math.exp(w),
+        base_cv=base_cv,
+        cand_cv=cand_cv,
+        log_ratios=tuple(float(v) for v in d),
+        orders=ords,
+        distribution_free=check,
+        throttled_rounds=throttled,
+        warnings=tuple(warns),
+    )
+
+
+def estimate_rounds(
+    rounds: Sequence[Round],
+    confidence: float = 0.95,
+    *,
+    reference_clock_mhz: float | None = None,
+    throttle_fraction: float = 0.75,
+    distribution_free: bool = True,
+    seed: int = 0,
+) -> RatioEstimate:
+    """:func:`paired_ratio` over recorded :class:`Round` objects."""
+    rounds = list(rounds)
+    for i, r in enumerate(rounds):
+        if not isinstance(r, Round):
+            raise ConfigError(f"rounds[{i}]: expected a Round, got {type(r).__name__}")
+    has_clock = any(r.base_clock_mhz is not None or r.cand_clock_mhz is not None for r in rounds)
+    return paired_ratio(
+        [r.base_ms for r in rounds],
+        [r.cand_ms for r in rounds],
+        confidence,
+        orders=[r.order for r in rounds],
+        base_clock_mhz=[r.base_clock_mhz for r in rounds] if has_clock else None,
+        cand_clock_mhz=[r.cand_clock_mhz for r in rounds] if has_clock else None,
+        reference_clock_mhz=reference_clock_mhz,
+        throttle_fraction=throttle_fraction,
+        distribution_free=distribution_free,
+        seed=seed,
+    )

@@ -1,0 +1,175 @@
+"""pytest plugin that records what a gate run collected and how each test ended.
+
+Loaded as ``-p kgate.testrun.outcomes_plugin --kgate-outcomes PATH``. The JSON at
+PATH is rewritten after every test (so a crash or a hang keeps what finished,
+plus the id of the test that was running), and once more at session end. It
+holds: collected and deselected ids, one entry per ended test id (its call
+reported, or its teardown after a setup that failed or skipped, or
+pytest-xdist's report for a test whose worker died; a test still in setup or
+call, on any worker, has no entry) with its outcome
+(passed, failed, error, skipped, xfailed, xpassed), duration and failure
+text, collection errors, and where each top-level package of the tested tree
+was imported from (so a stage can prove the code under test is the worktree's).
+Works with pytest-xdist: workers write their collection beside PATH and the
+controller merges them.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+_MAX_MSG = 4000
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--kgate-outcomes", default=None, help="Write kgate's outcome record to this JSON path.")
+    parser.addoption("--kgate-skip-ids", default=None, help="File of test ids (one per line) an interrupted "
+                     "earlier attempt finished: deselected here (kgate.testrun.resume).")
+    parser.addoption("--kgate-env", default="", help="Comma-separated glob patterns of variables to record at the "
+                                                     "end of the session (kgate.gates.env).")
+
+
+class _Recorder:
+    def __init__(self, path: Path, config: pytest.Config) -> None:
+        self.path = path
+        self.config = config
+        self.worker = getattr(config, "workerinput", {}).get("workerid")
+        self.state: dict[str, Any] = {"schema": "kgate.pytest/1", "started_unix": time.time(), "finished": False,
+                                      "collected": [], "deselected": [], "tests": {}, "collect_errors": [],
+                                      "running": None, "exitstatus": None, "imports": {}, "env": {}}
+        self.env_patterns = [p for p in str(config.getoption("--kgate-env") or "").split(",") if p]
+        #: entries of tests that started and have not ended (under xdist, on several workers at once)
+        self.pending: dict[str, dict[str, Any]] = {}
+
+    def _write(self) -> None:
+        target = self.path if self.worker is None else self.path.with_name(f"{self.path.name}.{self.worker}")
+        tmp = target.with_name(target.name + ".tmp")
+        tmp.write_text(json.dumps(self.state, indent=1))
+        os.replace(tmp, target)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        self.state["collected"] = [i.nodeid for i in items]
+        self._write()
+
+    def pytest_deselected(self, items: list[pytest.Item]) -> None:
+        self.state["deselected"].extend(i.nodeid for i in items)
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        if report.failed:
+            self.state["collect_errors"].append({"nodeid": report.nodeid, "message": _text(report)})
+            self._write()
+
+    def pytest_runtest_logstart(self, nodeid: str, location: Any) -> None:
+        self.state["running"] = nodeid
+        self._write()
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        t = self.state["tests"].get(report.nodeid) or self.pending.setdefault(
+            report.nodeid, {"nodeid": report.nodeid, "outcome": "passed", "duration_s": 0.0, "message": None})
+        t["duration_s"] = round(t["duration_s"] + report.duration, 4)
+        if report.when == "call":
+            if hasattr(report, "wasxfail"):
+                t["outcome"] = "xfailed" if report.skipped else "xpassed"
+            elif report.failed:
+                t["outcome"] = "failed"
+            elif report.skipped:
+                t["outcome"] = "skipped"
+        elif report.failed and t["outcome"] in ("passed", "skipped"):
+            # a setup/teardown failure; a failed call stays "failed" (its message comes first)
+            t["outcome"] = "error"
+        elif report.skipped and report.when == "setup":
+            t["outcome"] = "xfailed" if hasattr(report, "wasxfail") else "skipped"
+        if (report.failed or report.skipped) and t["message"] is None:
+            t["message"] = _text(report)
+        elif report.failed:
+            t["message"] = (t["message"] + "\n--- " + report.when + " ---\n" + _text(report))[-_MAX_MSG:]
+        if report.when != "setup":
+            # the call decides the outcome (a teardown error still updates it); a setup that failed or
+            # skipped ends at teardown; xdist reports a test whose worker died with another phase name
+            if report.nodeid in self.pending:
+                self.state["tests"][report.nodeid] = self.pending.pop(report.nodeid)
+            if report.when == "teardown":
+                self.state["running"] = None
+            self._write()
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        self.state["exitstatus"] = int(exitstatus)
+        self.state["finished"] = True
+        self.state["imports"] = _imports(Path.cwd())
+        # at the end: a variable the code under test set while it ran is seen
+        self.state["env"] = {k: v for k, v in sorted(os.environ.items())
+                             if any(fnmatch.fnmatchcase(k, p) for p in self.env_patterns)}
+        if self.worker is None:
+            worker_env: dict[str, set[str]] = {}
+            workers = [json.loads(f.read_text()) for f in worker_paths(self.path)]
+            merge_collection(self.state, workers)
+            for w in workers:
+                for k, v in w["imports"].items():
+                    self.state["imports"].setdefault(k, v)
+                for k, v in w.get("env", {}).items():
+                    worker_env.setdefault(k, set()).add(v)
+            if worker_env:
+                # under xdist the workers ran the code: every value any worker ended with, whichever
+                # worker ran which test (the distribution of tests to workers is not deterministic)
+                self.state["env"] = {k: " | ".join(sorted(v)) for k, v in sorted(worker_env.items())}
+        self._write()
+
+
+def worker_paths(path: Path) -> list[Path]:
+    """The pytest-xdist workers' outcome files beside ``path`` (not their half-written ``.tmp``)."""
+    return [p for p in sorted(path.parent.glob(path.name + ".gw*")) if not p.name.endswith(".tmp")]
+
+
+def merge_collection(state: dict[str, Any], workers: list[dict[str, Any]]) -> None:
+    """Fill the controller's collected and deselected ids (only workers collect) and collection errors."""
+    for w in workers:
+        state["collected"] = state["collected"] or w.get("collected", [])
+        state["deselected"] = state["deselected"] or w.get("deselected", [])
+        state["collect_errors"] += [e for e in w.get("collect_errors", []) if e not in state["collect_errors"]]
+
+
+def _text(report: Any) -> str:
+    text = getattr(report, "longreprtext", "") or str(getattr(report, "longrepr", "") or "")
+    return text[-_MAX_MSG:]
+
+
+def _imports(root: Path) -> dict[str, str | None]:
+    """For each top-level package or module present in ``root``: where it was imported from."""
+    out: dict[str, str | None] = {}
+    for entry in root.iterdir():
+        name = entry.stem if entry.suffix == ".py" else entry.name
+        if not (entry.is_dir() and (entry / "__init__.py").exists()) and entry.suffix != ".py":
+            continue
+        mod = sys.modules.get(name)
+        if mod is not None:
+            out[name] = getattr(mod, "__file__", None)
+    return out
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselect the ids of ``--kgate-skip-ids`` (run first, so the recorder's collected list leaves them out)."""
+    path = config.getoption("--kgate-skip-ids")
+    if not path:
+        return
+    skip = set(Path(path).read_text().splitlines())
+    gone = [i for i in items if i.nodeid in skip]
+    if gone:
+        config.hook.pytest_deselected(items=gone)
+        items[:] = [i for i in items if i.nodeid not in skip]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    path = config.getoption("--kgate-outcomes")
+    if path:
+        config.pluginmanager.register(_Recorder(Path(path).resolve(), config), "kgate-recorder")

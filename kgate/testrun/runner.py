@@ -1,0 +1,302 @@
+"""Running a correctness gate: the target's own pytest files in a worker process.
+
+Method: pytest runs in a fresh process with cwd = the arm's worktree and
+PYTHONPATH = that worktree's source folders first (then kgate's folder and the
+inherited entries; where the target was imported from is verified), its own Triton cache, a per-test timeout
+(pytest-timeout) and a whole-run timeout. ``kgate.testrun.outcomes_plugin`` records
+every collected id and outcome as the run goes, so a crash or a hang still
+leaves the finished tests and the id that was running. On CPU the Triton
+interpreter shim (``kgate.testrun.interp_plugin``) and the campaign's cpu_setup file
+are loaded inside the worker; nothing is written into the worktree.
+
+Classification: failures, errors, collection errors in the target's code, a
+crash (a fatal signal such as SIGSEGV or SIGABRT) or a hang (run timeout) are
+*measured* results of the code under test; a worker killed from outside
+(SIGKILL, SIGTERM, SIGINT that kgate did not send) is an error. Usage errors, internal pytest errors, an empty selection
+and a target imported from outside the worktree are infrastructure errors.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kgate import paths
+from kgate.errors import ConfigError, KgateError, ProvenanceMismatch
+from kgate.testrun import outcomes_plugin
+from kgate.testrun import resume as gate_resume
+
+OUTCOMES_OK = frozenset({"passed", "skipped", "xfailed"})
+#: deaths by these signals are not the candidate's doing (a crash is SIGSEGV, SIGABRT, SIGBUS, SIGFPE, ...)
+_EXTERNAL_SIGNALS = frozenset({signal.SIGKILL, signal.SIGTERM, signal.SIGINT})
+
+
+@dataclass(frozen=True, slots=True)
+class GateSpec:
+    """Everything that defines one gate run (the same for every arm)."""
+
+    tests: tuple[str, ...]
+    select: str | None
+    pytest_args: tuple[str, ...]
+    forbid_env: tuple[str, ...]
+    python_path: tuple[str, ...]
+    cpu: bool
+    cpu_setup: Path | None
+    test_timeout_s: int
+    run_timeout_s: int
+    workers: int = 1
+    env_record: tuple[str, ...] = ()
+    env_set: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class GateRun:
+    """What one pytest process measured."""
+
+    command: list[str]
+    exit_code: int | None
+    wall_s: float
+    timed_out: bool
+    crashed: bool
+    collected: list[str]
+    deselected: list[str]
+    tests: dict[str, dict[str, Any]]
+    collect_errors: list[dict[str, Any]]
+    running_at_end: str | None
+    imports: dict[str, str | None]
+    env: dict[str, str]
+    log: str
+    outcomes_path: str
+    junit_path: str
+    interp: dict[str, Any] | None = field(default=None)
+    test_env: dict[str, str] = field(default_factory=dict)
+    #: ids whose outcomes were carried over from an interrupted earlier attempt (kgate.testrun.resume)
+    carried: tuple[str, ...] = ()
+
+    @property
+    def counts(self) -> dict[str, int]:
+        c: dict[str, int] = {}
+        for t in self.tests.values():
+            c[t["outcome"]] = c.get(t["outcome"], 0) + 1
+        return c
+
+    @property
+    def bad_ids(self) -> list[str]:
+        """Ids that did not pass: failed/error/xpassed, plus collected ids that never finished."""
+        bad = [k for k, t in self.tests.items() if t["outcome"] not in OUTCOMES_OK]
+        bad += [i for i in self.collected if i not in self.tests]
+        return sorted(set(bad))
+
+    @property
+    def green(self) -> bool:
+        return (self.exit_code == 0 and not self.timed_out and not self.crashed
+                and not self.collect_errors and not self.bad_ids)
+
+    def summary(self) -> str:
+        parts = [f"{n} {k}" for k, n in sorted(self.counts.items())]
+        missing = len([i for i in self.collected if i not in self.tests])
+        if missing:
+            parts.append(f"{missing} not finished")
+        if self.collect_errors:
+            parts.append(f"{len(self.collect_errors)} collection error(s)")
+        if self.carried:
+            parts.append(f"{len(self.carried)} of them carried over from an interrupted attempt of the same commit")
+        if self.timed_out:
+            parts.append(f"run timed out after {self.wall_s:.0f} s (running: {self.running_at_end})")
+        elif self.crashed:
+            parts.append(f"process died (exit {self.exit_code}; running: {self.running_at_end})")
+        return ", ".join(parts) or "nothing ran"
+
+    def as_data(self) -> dict[str, Any]:
+        return {
+            "command": self.command, "exit_code": self.exit_code, "wall_s": round(self.wall_s, 3),
+            "timed_out": self.timed_out, "crashed": self.crashed, "summary": self.summary(),
+            "counts": self.counts, "collected": self.collected, "deselected": self.deselected,
+            "tests": sorted(self.tests.values(), key=lambda t: t["nodeid"]),
+            "collect_errors": self.collect_errors, "running_at_end": self.running_at_end,
+            "imports": self.imports, "env": self.env, "test_env": self.test_env, "log": self.log,
+            "outcomes": self.outcomes_path, "junit": self.junit_path, "interpreter": self.interp,
+            "carried_over": list(self.carried),
+        }
+
+
+def build_env(spec: GateSpec, worktree: Path, triton_cache: Path) -> dict[str, str]:
+    """The worker's environment: inherited, with the worktree first on PYTHONPATH, plus kgate's settings."""
+    for name in spec.forbid_env:
+        if name in os.environ:
+            raise ConfigError(f"gate.forbid_env: variable {name} is set in the environment; unset it and rerun")
+    env = dict(os.environ)
+    # the worktree first; then the folder holding kgate (for its pytest plugins); then what was
+    # inherited (tools installed into a target folder). A copy of the target's package further
+    # down the path can never win, and check_imports proves where it came from.
+    entries = [str((worktree / p).resolve()) for p in spec.python_path]
+    entries.append(str(paths.PACKAGE.parent))
+    entries += [e for e in env.get("PYTHONPATH", "").split(os.pathsep) if e and e not in entries]
+    env["PYTHONPATH"] = os.pathsep.join(entries)
+    for name, value in spec.env_set:
+        if name in spec.forbid_env:
+            raise ConfigError(f"gate.env: {name} is also in gate.forbid_env")
+        env[name] = value
+    env["TRITON_CACHE_DIR"] = str(triton_cache.resolve())
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env["PYTHONUNBUFFERED"] = "1"
+    if spec.cpu:
+        env["TRITON_INTERPRET"] = "1"
+    return env
+
+
+def run(spec: GateSpec, worktree: Path, out_dir: Path, triton_cache: Path, *, tag: str,
+        only_ids: list[str] | None = None) -> GateRun:
+    """Run the gate (or only ``only_ids``) once; write outcomes, junit and log under ``out_dir``.
+    A full run resumes an interrupted earlier attempt of the same key (kgate.testrun.resume)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    triton_cache.mkdir(parents=True, exist_ok=True)
+    outcomes = (out_dir / f"{tag}.outcomes.json").resolve()
+    junit = (out_dir / f"{tag}.junit.xml").resolve()
+    log = (out_dir / f"{tag}.pytest.log").resolve()
+    interp_record = (out_dir / f"{tag}.interpreter.json").resolve()
+    cmd = [sys.executable, "-m", "pytest", *(only_ids or spec.tests), *_isolation(worktree),
+           "-p", "kgate.testrun.outcomes_plugin",
+           f"--kgate-outcomes={outcomes}", f"--junitxml={junit}", "-p", "no:cacheprovider", "-q", "-rfE",
+           f"--timeout={spec.test_timeout_s}", "--timeout-method=thread" if spec.cpu else "--timeout-method=signal"]
+    if spec.cpu:
+        cmd += ["-p", "kgate.testrun.interp_plugin", f"--kgate-interp-record={interp_record}"]
+        if spec.cpu_setup is not None:
+            cmd.append(f"--kgate-setup={spec.cpu_setup.resolve()}")
+    if spec.env_record:
+        cmd.append(f"--kgate-env={','.join(spec.env_record)}")
+    if spec.select and not only_ids:
+        cmd += ["-k", spec.select]
+    if spec.workers > 1:
+        cmd += ["-n", str(spec.workers)]
+    cmd += list(spec.pytest_args)
+    key = None if only_ids else gate_resume.attempt_key(cmd, worktree, spec.env_set, sys.executable)
+    carried = gate_resume.carried(out_dir, tag, key)
+    for p in [outcomes, junit, log, interp_record, *out_dir.glob(f"{tag}.outcomes.json.gw*")]:
+        p.unlink(missing_ok=True)
+    skip_file = gate_resume.write_attempt(out_dir, tag, key, carried)
+    env = build_env(spec, worktree, triton_cache)
+    run_cmd = [*cmd, f"--kgate-skip-ids={skip_file}"] if skip_file else cmd
+    start = time.time()
+    timed_out = False
+    with log.open("w") as fh:
+        fh.write("$ " + " ".join(run_cmd) + "\n")
+        if carried:
+            fh.write(f"kgate: {len(carried)} test(s) carried over from an interrupted attempt of the same commit "
+                     f"and settings ({skip_file}); running the rest\n")
+        fh.flush()
+        proc = subprocess.Popen(run_cmd, cwd=worktree, env=env, stdout=fh, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        with _forward_signals(proc):
+            try:
+                code: int | None = proc.wait(timeout=spec.run_timeout_s)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                code = None
+    wall = time.time() - start
+    if code is not None and -code in _EXTERNAL_SIGNALS:
+        # SIGKILL/SIGTERM/SIGINT that kgate did not send come from outside (the OOM killer, scancel,
+        # an admin): not a measurement of the candidate, so no record is written and a rerun measures
+        raise KgateError(f"the test process was killed by {signal.Signals(-code).name} from outside kgate "
+                         f"(out of memory, scancel, an operator?); nothing recorded, rerun the stage; see {log}")
+    state = _read_outcomes(outcomes, log)
+    crashed = code is not None and (code < 0 or (code not in (0, 1, 2, 3, 4, 5)))
+    if code in (3, 4) and not state.get("tests"):
+        raise KgateError(f"pytest could not run the gate (exit {code}); see {log}")
+    if code == 5:
+        raise ConfigError(f"gate: no test was collected (tests {list(spec.tests)}, -k {spec.select!r}); see {log}")
+    if code == 2 and not state.get("collect_errors") and not state.get("tests"):
+        raise KgateError(f"pytest was interrupted before any test ran (exit 2); see {log}")
+    interp = json.loads(interp_record.read_text()) if interp_record.exists() else None
+    collected = [*carried, *(i for i in state.get("collected", []) if i not in carried)]
+    return GateRun(command=run_cmd, exit_code=code, wall_s=wall, timed_out=timed_out, crashed=crashed,
+                   collected=collected, deselected=[i for i in state.get("deselected", []) if i not in carried],
+                   tests={**carried, **state.get("tests", {})}, collect_errors=state.get("collect_errors", []),
+                   running_at_end=state.get("running"), imports=state.get("imports", {}),
+                   env={k: env[k] for k in ("PYTHONPATH", "TRITON_CACHE_DIR", "TRITON_INTERPRET") if k in env},
+                   log=str(log), outcomes_path=str(outcomes), junit_path=str(junit), interp=interp,
+                   test_env=state.get("env", {}), carried=tuple(carried))
+
+
+@contextlib.contextmanager
+def _forward_signals(proc: subprocess.Popen[bytes]) -> Iterator[None]:
+    """While the worker runs, SIGTERM/SIGINT (scancel, Ctrl-C, a workflow shutting down) kill
+    its whole process group and end this stage as an error: nothing is left running and no
+    half-measured record is written."""
+    def handler(signum: int, _frame: object) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise KgateError(f"interrupted by signal {signal.Signals(signum).name}; the gate run was killed")
+    old = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, h in old.items():
+            signal.signal(sig, h)
+
+
+def _has_pytest_config(root: Path) -> bool:
+    if (root / "pytest.ini").exists() or (root / ".pytest.ini").exists():
+        return True
+    for name, marker in (("pyproject.toml", "[tool.pytest.ini_options]"), ("tox.ini", "[pytest]"),
+                         ("setup.cfg", "[tool:pytest]")):
+        f = root / name
+        if f.exists() and marker in f.read_text(errors="replace"):
+            return True
+    return False
+
+
+def _isolation(worktree: Path) -> list[str]:
+    """Keep pytest's rootdir, configuration and conftest search inside the worktree."""
+    root = str(worktree.resolve())
+    args = [f"--rootdir={root}", f"--confcutdir={root}"]
+    if not _has_pytest_config(worktree):
+        args.append(f"-c={paths.DATA / 'pytest-empty.ini'}")
+    return args
+
+
+def _load_outcomes(path: Path, log: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise KgateError(f"outcome record {path} is corrupt ({exc}); see {log}") from exc
+
+
+def _read_outcomes(path: Path, log: Path) -> dict[str, Any]:
+    """The run's outcome record. When pytest-xdist's controller did not finish (a timeout or a crash
+    of the controller), its file lacks what only the workers knew: the collection, and the tests a
+    worker ended that the controller had not yet heard of. Those come from the workers' own files
+    (written after each test ends), and ``running`` lists what each worker was running."""
+    state = _load_outcomes(path, log) if path.exists() else {}
+    workers = [_load_outcomes(p, log) for p in outcomes_plugin.worker_paths(path)]
+    if state.get("finished") or not workers:
+        return state
+    state = {"collected": [], "deselected": [], "tests": {}, "collect_errors": [], **state}
+    outcomes_plugin.merge_collection(state, workers)
+    for w in workers:
+        for k, t in w.get("tests", {}).items():
+            state["tests"].setdefault(k, t)
+    running = sorted({w["running"] for w in workers if w.get("running") and w["running"] not in state["tests"]})
+    state["running"] = ", ".join(running) or None
+    return state
+
+
+def check_imports(run_: GateRun, worktree: Path) -> None:
+    """The code under test must come from the worktree, never from site-packages."""
+    root = str(worktree.resolve())
+    for name, where in run_.imports.items():
+        if where is not None and not str(Path(where).resolve()).startswith(root + os.sep):
+            raise ProvenanceMismatch(f"package '{name}' was imported from {where}, not from the worktree {root}; "
+                                     f"uninstall it from the environment (pip uninstall) so the arm's code is tested")
