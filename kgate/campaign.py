@@ -23,7 +23,7 @@ from kgate import paths
 from kgate.errors import ConfigError
 
 
-def _load_yaml(path: Path) -> Any:
+def load_yaml(path: Path) -> Any:
     try:
         text = path.read_text()
     except OSError as exc:
@@ -38,7 +38,7 @@ def _load_yaml(path: Path) -> Any:
 
 def schema(name: str) -> dict[str, Any]:
     """Return the JSON schema ``kgate/schemas/<name>.schema.yaml`` (``kgate.paths.schema``)."""
-    return _load_yaml(paths.schema(name))
+    return load_yaml(paths.schema(name))
 
 
 def _key_path(error: jsonschema.ValidationError) -> str:
@@ -141,7 +141,7 @@ def resolve_campaign_path(spec: str) -> Path:
 def load(spec: str | Path, overrides: dict[str, Any] | None = None) -> Campaign:
     """Load, apply overrides (target_path, candidate), validate, fill defaults."""
     path = resolve_campaign_path(str(spec))
-    data = _load_yaml(path)
+    data = load_yaml(path)
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a campaign must be a mapping")
     overrides = overrides or {}

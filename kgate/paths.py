@@ -104,6 +104,11 @@ def worktree(campaign: str, gpu: str, arm: str) -> Path:
     return work(campaign, gpu) / "wt" / arm
 
 
+def candidate_arm(candidate: str) -> str:
+    """The arm name of a candidate: its worktree ``wt/cand-<id>`` and its branch ``kgate/<campaign>/cand-<id>``."""
+    return f"cand-{candidate}"
+
+
 def triton_cache(campaign: str, gpu: str, use: str) -> Path:
     """Triton caches per use. 'gate' is shared by every correctness stage
     (baseline_tests, fixture_freeze, candidate_gate): Triton keys compiled

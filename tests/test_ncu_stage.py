@@ -32,7 +32,7 @@ from kgate.measure import rows as measure
 from kgate.ncu import export as ncu_export
 from kgate.ncu import parse as ncu_parse
 from kgate.records import build_record
-from kgate.stages import ncu
+from kgate.stages import common, ncu
 from kgate.stages.common import Context
 
 DATA = REPO / "tests" / "data" / "ncu"
@@ -116,8 +116,8 @@ def _standin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("FAKE_NCU_DATA", str(data))
     monkeypatch.setenv("FAKE_NCU_CALLS", str(tmp_path / "calls.jsonl"))
     monkeypatch.delenv("FAKE_NCU_MODE", raising=False)
-    monkeypatch.setattr(ncu, "verify_worktree", lambda wt, sha: None)
-    monkeypatch.setattr(ncu, "verify_frozen", lambda wt, manifest: None)
+    monkeypatch.setattr(common, "verify_worktree", lambda wt, sha: None)
+    monkeypatch.setattr(common, "verify_frozen", lambda wt, manifest: None)
     monkeypatch.setattr(ncu, "admin_only", lambda: False)
     monkeypatch.setattr(ncu.measure, "Telemetry", StandInTelemetry)
     for arm in ("bench_base", f"cand-{CID}"):

@@ -28,7 +28,7 @@ from typing import Any
 
 from kgate.errors import KgateError, ProvenanceMismatch
 from kgate.measure.rows import MeasureSpec
-from kgate.testrun import runner as gate_mod
+from kgate.testrun import runner
 
 
 class WorkerFailure(KgateError):
@@ -169,7 +169,7 @@ def ask_all(arms: list[Arm], cmd: str, **args: Any) -> dict[str, dict[str, Any]]
 
 def worker_env(ctx: Any, worktree: Path, cache: Path) -> dict[str, str]:
     """The gate's worker environment (worktree first on PYTHONPATH, own Triton cache, interpreter on CPU)."""
-    env = gate_mod.build_env(ctx.gate_spec(), worktree, cache)
+    env = runner.build_env(ctx.gate_spec(), worktree, cache)
     env["KGATE_WORKER"] = "1"
     return env
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from kgate.errors import KgateError
+from kgate.measure.arms import check_same_device
 
 TELEMETRY_FIELDS = ("clocks.sm", "clocks.mem", "power.draw", "temperature.gpu")
 
@@ -197,3 +198,18 @@ def spread_note(what: str, samples: Sequence[float], unit: str, used: str = "the
     return [f"{what} unstable across its {len(good)} samples ({lo:.3g}-{hi:.3g} {unit}, x{hi / lo:.2f}): the host or "
             f"GPU was not quiet while it ran; the record uses {used}"]
 
+
+
+def claim_device(arms: Sequence[Any], cpu: bool, stage: str) -> tuple[dict[str, Any], Telemetry, list[dict[str, Any]]]:
+    """A timed stage's start on its device: both arms on one device (``arms.check_same_device``), telemetry
+    for that device, and no foreign compute process on it before warm-up (a ``KgateError`` naming them:
+    ``stage`` needs the GPU to itself). Returns the device, the telemetry and the exclusivity log's first entry."""
+    device = check_same_device(list(arms))
+    uuid = device.get("uuid")
+    telemetry = Telemetry(f"GPU-{uuid}" if uuid and not str(uuid).startswith("GPU-") else uuid, cpu)
+    ours = {a.pid for a in arms}
+    exclusive_log = [{"when": "before warm-up", **foreign_processes(telemetry.compute_apps(), ours)}]
+    if exclusive_log[0]["foreign"]:
+        raise KgateError(f"the GPU runs foreign compute processes {exclusive_log[0]['foreign']}: {stage} needs "
+                         "the GPU to itself (exclusive allocation)")
+    return device, telemetry, exclusive_log

@@ -19,8 +19,7 @@ from pathlib import Path
 from kgate import paths
 from kgate.campaign import Campaign
 from kgate.errors import ConfigError
-from kgate.source import git as gitops
-from kgate.source import overlay
+from kgate.source import git, overlay
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,13 +38,13 @@ def _user_path(value: str) -> Path:
 
 def _diff_against(path: Path, base: str, tip: str | None) -> tuple[str, list[str]]:
     """(patch, untracked files) of ``path`` relative to ``base``; tip None = working tree."""
-    if gitops.git("cat-file", "-t", base, cwd=path, check=False).strip() != "commit":
+    if git.git("cat-file", "-t", base, cwd=path, check=False).strip() != "commit":
         raise ConfigError(f"key 'candidate': {path} does not contain the baseline commit {base}")
     if tip is None:
-        patch = gitops.git("diff", "--binary", "--no-renames", base, cwd=path)
-        untracked = gitops.git("ls-files", "--others", "--exclude-standard", cwd=path).split()
+        patch = git.git("diff", "--binary", "--no-renames", base, cwd=path)
+        untracked = git.git("ls-files", "--others", "--exclude-standard", cwd=path).split()
         return patch, sorted(untracked)
-    return gitops.git("diff", "--binary", "--no-renames", base, tip, cwd=path), []
+    return git.git("diff", "--binary", "--no-renames", base, tip, cwd=path), []
 
 
 def _baseline_for_diff(c: Campaign) -> str:
@@ -89,7 +88,7 @@ def materialize(c: Campaign, worktree: Path) -> Materialized:
         origin = _user_path(src.value)
         patch, untracked = _diff_against(origin, base, None)
     if patch.strip():
-        gitops.git("apply", "--3way", "--whitespace=nowarn", "-", cwd=worktree, input_text=patch)
+        git.git("apply", "--3way", "--whitespace=nowarn", "-", cwd=worktree, input_text=patch)
     for f in untracked:
         assert origin is not None
         dest = worktree / f

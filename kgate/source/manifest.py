@@ -10,14 +10,14 @@ import hashlib
 from pathlib import Path
 
 from kgate.errors import ConfigError
-from kgate.source import git as gitops
+from kgate.source import git
 
 
 def expand(worktree: Path, patterns: list[str]) -> list[str]:
     """Tracked files under each frozen path (a file, a folder, or a glob)."""
     files: set[str] = set()
     for pat in patterns:
-        out = gitops.git("ls-files", "--", pat, cwd=worktree).split()
+        out = git.git("ls-files", "--", pat, cwd=worktree).split()
         if not out:
             raise ConfigError(f"key 'frozen': path '{pat}' matches no tracked file in the target")
         files.update(out)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from kgate import paths
-from kgate.campaign import _load_yaml, validate
+from kgate.campaign import load_yaml, validate
 from kgate.errors import ConfigError
 
 
@@ -43,7 +43,7 @@ def select(folder: Path | str, identity: str) -> Variant:
     if not folder.is_absolute():
         folder = paths.PROJECT / folder
     manifest = folder / "overlay.yaml"
-    data = _load_yaml(manifest)
+    data = load_yaml(manifest)
     validate(data, "overlay", str(manifest))
     for v in data["variants"]:
         if any(_matches(p, identity) for p in v["applies_to"]):
@@ -56,7 +56,7 @@ def enables(folder: Path | str) -> list[str] | None:
     folder = Path(folder)
     if not folder.is_absolute():
         folder = paths.PROJECT / folder
-    data = _load_yaml(folder / "overlay.yaml")
+    data = load_yaml(folder / "overlay.yaml")
     validate(data, "overlay", str(folder / "overlay.yaml"))
     return list(data["enables"]) if "enables" in data else None
 

@@ -48,8 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from kgate import paths, stats
-from kgate.errors import ConfigError, KgateError
-from kgate.gates import env as envdiff
+from kgate.errors import ConfigError
 from kgate.gates.bench import (
     BenchConfig,
     RowOutcome,
@@ -62,12 +61,11 @@ from kgate.gates.bench import (
 )
 from kgate.measure import checkpoints, host_ahead
 from kgate.measure import coordinator as measure
-from kgate.measure.arms import Arm, WorkerFailure
+from kgate.measure.arms import Arm
 from kgate.measure.profile import not_measured, per_call
 from kgate.measure.rows import MeasureSpec, Row
-from kgate.records import Gate, StageResult
-from kgate.source.worktree import verify_frozen, verify_worktree
-from kgate.stages.common import ROUNDS_SHARE, Context
+from kgate.records import StageResult
+from kgate.stages.common import ROUNDS_SHARE, Context, timed_arms
 
 CHECKPOINT = "rounds.jsonl"
 CHECKPOINT_SCHEMA = "kgate.stages.bench-rounds/1"
@@ -168,50 +166,22 @@ def run(ctx: Context) -> StageResult:
         key = "measure.cpu.rows" if spec.cpu else "bench.gated"
         raise ConfigError(f"campaign {c.name}: key 'bench.endpoints': no gated row of kind {', '.join(missing)} "
                           f"(check {key})")
-    wt_base = paths.worktree(c.name, gpu, "bench_base")
-    wt_cand = paths.worktree(c.name, gpu, f"cand-{cid}")
-    verify_worktree(wt_base, fx["data"]["bench_base"])
-    verify_worktree(wt_cand, build["data"]["candidate_sha"])
-    verify_frozen(wt_cand, fx["data"]["manifest"])
+    wt_base, wt_cand = ctx.timed_worktrees()
     evidence = str(paths.record(c.name, gpu, "bench", cid))
     samples = spec.samples()
     warm_calls = 1 if spec.cpu else int(spec.bench.get("warm_calls", 3))
     deadline = measure.Deadline(ctx.deadline_s(ROUNDS_SHARE))
-    arm_list: list[Arm] = []
-    try:
-        arm_list = measure.start_arms(ctx, spec, [("base", wt_base, paths.triton_cache(c.name, gpu, "bench-base")),
-                                                  ("cand", wt_cand, paths.triton_cache(c.name, gpu, "bench-cand"))],
-                                      deadline)
-        arms = {a.name: a for a in arm_list}
-        env_gate = envdiff.arms_gate(c.data, {a.name: a.info["env"] for a in arm_list}, evidence)
-        if env_gate.status == "fail":
-            return StageResult(gates=[env_gate], data={"measured": False, "candidate": cid,
-                                                       "workers": {a.name: a.info for a in arm_list}})
-        res = _measure(ctx, spec, cfg, plan, arms, samples, warm_calls, evidence, fx, build)
-        return StageResult(gates=[env_gate, *res.gates], data=res.data, reasons=res.reasons)
-    except WorkerFailure as exc:
-        if exc.arm == "cand" and exc.target:
-            # the candidate's own code failed (import, a crash, a hang): a measured failure
-            return StageResult(gates=[Gate("candidate_runs", "the candidate runs every benchmark row", "failed",
-                                           "fail", evidence=str(ctx.out_dir / "worker-cand.log"), detail=str(exc))],
-                               data={"measured": True, "failure": str(exc), "candidate": cid})
-        raise
-    finally:
-        for a in arm_list:
-            a.close()
+    return timed_arms(ctx, (wt_base, wt_cand), lambda arms: measure.start_arms(ctx, spec, arms, deadline),
+                      lambda arms: _measure(ctx, spec, cfg, plan, arms, samples, warm_calls, evidence, fx, build),
+                      "the candidate runs every benchmark row")
 
 
 def _measure(ctx: Context, spec: MeasureSpec, cfg: BenchConfig, plan: Plan, arms: dict[str, Arm], samples: int,
              warm_calls: int, evidence: str, fx: dict[str, Any], build: dict[str, Any]) -> StageResult:
-    device = measure.check_same_device(list(arms.values()))
+    device, telemetry, exclusive_log = measure.claim_device(list(arms.values()), spec.cpu, "the benchmark")
+    ours = {a.pid for a in arms.values()}
     uuid = device.get("uuid")
     timer = str(spec.bench.get("timer", "host_ahead"))
-    telemetry = measure.Telemetry(f"GPU-{uuid}" if uuid and not str(uuid).startswith("GPU-") else uuid, spec.cpu)
-    ours = {a.pid for a in arms.values()}
-    exclusive_log = [{"when": "before warm-up", **measure.foreign_processes(telemetry.compute_apps(), ours)}]
-    if exclusive_log[0]["foreign"]:
-        raise KgateError(f"the GPU runs foreign compute processes {exclusive_log[0]['foreign']}: the benchmark needs "
-                         "the GPU to itself (exclusive allocation)")
     rows = {row.name: row for _k, row, _m, _r in plan.items}
     hashes: dict[str, Any] = {}
     both = [arms["base"], arms["cand"]]

@@ -150,8 +150,8 @@ def run(ctx: Context) -> StageResult:
     if now != cid:
         raise ProvenanceMismatch(f"candidate changed while the workflow ran (id {cid} at DAG build, {now} now); rerun")
     repo = paths.repo(c.name, gpu)
-    wt = paths.worktree(c.name, gpu, f"cand-{cid}")
-    git.reset_worktree(repo, wt, bench_base, branch=paths.branch(c.name, f"cand-{cid}"))
+    wt = paths.worktree(c.name, gpu, paths.candidate_arm(cid))
+    git.reset_worktree(repo, wt, bench_base, branch=paths.branch(c.name, paths.candidate_arm(cid)))
     mat = candidate.materialize(c, wt)
     cand_sha = git.commit_all(wt, f"kgate: candidate {cid} ({mat.kind}:{mat.source})")
     files = git.changed_files(wt, bench_base, cand_sha)
@@ -216,7 +216,7 @@ def run(ctx: Context) -> StageResult:
                           if not py else "disabled by campaign", "skip"))
 
     data = {"candidate": cid, "source": {"kind": mat.kind, "value": mat.source}, "bench_base": bench_base,
-            "candidate_sha": cand_sha, "branch": paths.branch(c.name, f"cand-{cid}"), "worktree": str(wt),
+            "candidate_sha": cand_sha, "branch": paths.branch(c.name, paths.candidate_arm(cid)), "worktree": str(wt),
             "diff": {"files": files, "changed_functions": changed_functions(wt, added), "patch_path": str(patch_path)},
             "lint_findings": new_findings, "enables": list(enabled)}
     return StageResult(gates=gates, data=data)

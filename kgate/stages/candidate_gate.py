@@ -30,7 +30,7 @@ from pathlib import Path
 
 from kgate import paths, provenance
 from kgate.errors import KgateError
-from kgate.gates import env as envdiff
+from kgate.gates import env as env_gates
 from kgate.measure import output_diff
 from kgate.measure.arms import WorkerFailure
 from kgate.records import Gate, StageResult, write_json
@@ -130,14 +130,14 @@ def outputs_gates(ctx: Context, green: bool, fx: dict, build: dict, wt: Path) ->
 def run(ctx: Context) -> StageResult:
     c, gpu, cid = ctx.campaign, ctx.gpu, ctx.candidate
     build, fx = ctx.inputs["candidate_build"], ctx.inputs["fixture_freeze"]
-    wt = paths.worktree(c.name, gpu, f"cand-{cid}")
+    wt = paths.worktree(c.name, gpu, paths.candidate_arm(cid))
     verify_worktree(wt, build["data"]["candidate_sha"])
     verify_frozen(wt, fx["data"]["manifest"])
     spec = ctx.gate_spec()
-    ignore = envdiff.ignored(c.data)
+    ignore = env_gates.ignored(c.data)
     # the stage's own environment first: a difference makes the run incomparable, so nothing is run
     env_now = provenance.recorded_env(list(spec.env_record))
-    stage_diff = envdiff.diff(fx["provenance"]["env"], env_now, ignore, ("fixture_freeze", "candidate_gate"))
+    stage_diff = env_gates.diff(fx["provenance"]["env"], env_now, ignore, ("fixture_freeze", "candidate_gate"))
     if stage_diff:
         return StageResult(gates=[
             Gate("same_env", "recorded environment equals the fixture run's", f"{len(stage_diff)} difference(s)",
@@ -165,7 +165,7 @@ def run(ctx: Context) -> StageResult:
         gates.append(Gate("same_env", "test processes' environment equals the fixture run's",
                           "the fixture record predates environment recording", "skip"))
     else:
-        env_diffs = envdiff.diff(ref_env, main.test_env, ignore, ("fixture_freeze", "candidate_gate"))
+        env_diffs = env_gates.diff(ref_env, main.test_env, ignore, ("fixture_freeze", "candidate_gate"))
         gates.append(Gate("same_env", "test processes' environment equals the fixture run's",
                           f"{len(main.test_env)} recorded, {len(env_diffs)} difference(s)",
                           "fail" if env_diffs else "pass", evidence=main.outcomes_path,

@@ -20,8 +20,11 @@ from kgate import device as device_mod
 from kgate import epochs, paths, protocol, provenance
 from kgate.campaign import Campaign
 from kgate.errors import IncompleteData
-from kgate.records import StageResult, build_record, read_record, write_json
-from kgate.testrun import runner as gate
+from kgate.gates import env as env_gates
+from kgate.measure.arms import Arm, WorkerFailure
+from kgate.records import Gate, StageResult, build_record, read_record, write_json
+from kgate.source.worktree import verify_frozen, verify_worktree
+from kgate.testrun import runner
 
 StageFn = Callable[["Context"], StageResult]
 
@@ -89,13 +92,25 @@ class Context:
         """Seconds for ``share`` of the stage time limit (``--runtime-min``; the shares above)."""
         return self.args.runtime_min * 60 * share
 
-    def gate_spec(self) -> gate.GateSpec:
+    def timed_worktrees(self) -> tuple[Path, Path]:
+        """BENCH_BASE's worktree and the candidate's, each verified at the commit its record names
+        (``fixture_freeze``'s bench_base, ``candidate_build``'s candidate_sha), and the candidate's frozen
+        files against the fixture's manifest: what a stage that runs both arms times or profiles."""
+        fx, build = self.inputs["fixture_freeze"], self.inputs["candidate_build"]
+        wt_base = paths.worktree(self.campaign.name, self.gpu, "bench_base")
+        wt_cand = paths.worktree(self.campaign.name, self.gpu, paths.candidate_arm(str(self.candidate)))
+        verify_worktree(wt_base, fx["data"]["bench_base"])
+        verify_worktree(wt_cand, build["data"]["candidate_sha"])
+        verify_frozen(wt_cand, fx["data"]["manifest"])
+        return wt_base, wt_cand
+
+    def gate_spec(self) -> runner.GateSpec:
         g = self.campaign.data["gate"]
         cpu = self.gpu == "cpu"
         select = (g.get("select") or {}).get("cpu" if cpu else "gpu")
         setup = g.get("cpu_setup")
         test_timeout = self.campaign.data.get("timeouts", {}).get("test_s") or self.test_timeout_s
-        return gate.GateSpec(
+        return runner.GateSpec(
             tests=tuple(g["tests"]), select=select, pytest_args=tuple(g.get("pytest_args", [])),
             forbid_env=tuple(g.get("forbid_env", [])),
             python_path=tuple(self.campaign.data["target"].get("python_path", ["."])),
@@ -104,6 +119,44 @@ class Context:
             workers=self.workers,
             env_record=tuple(self.campaign.data.get("env", {}).get("record", [])),
             env_set=tuple(sorted((g.get("env") or {}).items())))
+
+
+def timed_arms(ctx: Context, worktrees: tuple[Path, Path], start: Callable[[list[tuple[str, Path, Path]]], list[Arm]],
+               measure: Callable[[dict[str, Arm]], StageResult], runs: str) -> StageResult:
+    """Both arms of a timed stage (bench, model) as warm workers, around the stage's own ``measure(arms)``.
+
+    ``start`` gets (name, worktree, Triton cache) for BENCH_BASE's and the
+    candidate's ``worktrees`` (the timed stages' caches ``bench-base`` and
+    ``bench-cand``) and returns the started arms. Their environments are judged
+    first (``gates.env.arms_gate``): a fail ends the stage before anything is
+    timed. ``measure``'s gates follow that runner. A worker failure in the
+    candidate's own code (an import, a crash, a hang) is a measured failure,
+    gate ``candidate_runs`` (``runs`` says what the candidate had to do); any
+    other worker failure propagates as an error. Every arm is closed on the way out.
+    """
+    c, gpu, cid = ctx.campaign, ctx.gpu, ctx.candidate
+    evidence = str(paths.record(c.name, gpu, ctx.stage, cid))
+    wt_base, wt_cand = worktrees
+    arm_list: list[Arm] = []
+    try:
+        arm_list = start([("base", wt_base, paths.triton_cache(c.name, gpu, "bench-base")),
+                          ("cand", wt_cand, paths.triton_cache(c.name, gpu, "bench-cand"))])
+        env_gate = env_gates.arms_gate(c.data, {a.name: a.info["env"] for a in arm_list}, evidence)
+        if env_gate.status == "fail":
+            return StageResult(gates=[env_gate], data={"measured": False, "candidate": cid,
+                                                       "workers": {a.name: a.info for a in arm_list}})
+        res = measure({a.name: a for a in arm_list})
+        return StageResult(gates=[env_gate, *res.gates], data=res.data, reasons=res.reasons)
+    except WorkerFailure as exc:
+        if exc.arm == "cand" and exc.target:
+            # the candidate's own code failed (import, a crash, a hang): a measured failure
+            return StageResult(gates=[Gate("candidate_runs", runs, "failed", "fail",
+                                           evidence=str(ctx.out_dir / "worker-cand.log"), detail=str(exc))],
+                               data={"measured": True, "failure": str(exc), "candidate": cid})
+        raise
+    finally:
+        for a in arm_list:
+            a.close()
 
 
 def add_common_arguments(p: argparse.ArgumentParser) -> None:

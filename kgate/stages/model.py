@@ -43,17 +43,15 @@ from typing import Any
 from kgate import paths, stats
 from kgate.campaign import Campaign
 from kgate.errors import ConfigError, IncompleteData, KgateError, ProvenanceMismatch
-from kgate.gates import env as envdiff
 from kgate.gates.bench import exclusive_gate
 from kgate.gates.model import WORKLOADS, ModelThresholds, decide_all, describe, evaluate, should_stop
 from kgate.measure import checkpoints
 from kgate.measure import coordinator as measure
-from kgate.measure.arms import Arm, Deadline, WorkerFailure
+from kgate.measure.arms import Arm, Deadline
 from kgate.measure.rows import CPU_TIMING_NOTE
 from kgate.records import Gate, StageResult
 from kgate.source import packages
-from kgate.source.worktree import verify_frozen, verify_worktree
-from kgate.stages.common import ROUNDS_SHARE, Context
+from kgate.stages.common import ROUNDS_SHARE, Context, timed_arms
 
 HARNESS = paths.PACKAGE / "measure" / "harness" / "train_throughput.py"
 CHECKPOINT = "blocks.jsonl"
@@ -193,42 +191,23 @@ def run(ctx: Context) -> StageResult:
         raise IncompleteData(f"model: no passing {', '.join(missing)} record among the input records; the stage runs "
                              "after bench passed (an A/A calibration by hand, without bench: --calibration)")
     fx, build = ctx.inputs["fixture_freeze"], ctx.inputs["candidate_build"]
-    wt_base = paths.worktree(c.name, gpu, "bench_base")
-    wt_cand = paths.worktree(c.name, gpu, f"cand-{cid}")
-    verify_worktree(wt_base, fx["data"]["bench_base"])
-    verify_worktree(wt_cand, build["data"]["candidate_sha"])
-    verify_frozen(wt_cand, fx["data"]["manifest"])
+    wt_base, wt_cand = ctx.timed_worktrees()
     evidence = str(paths.record(c.name, gpu, "model", cid))
     pkgs = packages.materialize(list(spec.packages), ctx.sdist_cache)
     settings = spec.settings([(p["extends"], p["folder"]) for p in pkgs])
     deadline = Deadline(ctx.deadline_s(ROUNDS_SHARE))
-    arm_list: list[Arm] = []
-    try:
-        arm_list = start_arms(ctx, settings, [("base", wt_base, paths.triton_cache(c.name, gpu, "bench-base")),
-                                              ("cand", wt_cand, paths.triton_cache(c.name, gpu, "bench-cand"))],
-                              deadline)
-        arms = {a.name: a for a in arm_list}
-        env_gate = envdiff.arms_gate(c.data, {a.name: a.info["env"] for a in arm_list}, evidence)
-        if env_gate.status == "fail":
-            return StageResult(gates=[env_gate], data={"measured": False, "candidate": cid,
-                                                       "workers": {a.name: a.info for a in arm_list}})
+
+    def measured(arms: dict[str, Arm]) -> StageResult:
         res = _measure(ctx, spec, settings, pkgs, arms, deadline, evidence, fx, build, calibration)
-        gates = [env_gate, *res.gates]
-        if calibration:
-            gates.append(Gate("calibration", "a gated run (bench passed)", "A/A calibration by hand", "inconclusive",
-                              evidence=evidence, detail="run with --calibration, bench not required: the gates "
-                                                        "describe the stage's noise and never count for a verdict"))
-        return StageResult(gates=gates, data=res.data, reasons=res.reasons)
-    except WorkerFailure as exc:
-        if exc.arm == "cand" and exc.target:
-            # the candidate's own code failed (import, a step, a crash, a hang): a measured failure
-            return StageResult(gates=[Gate("candidate_runs", "the candidate trains both workloads", "failed", "fail",
-                                           evidence=str(ctx.out_dir / "worker-cand.log"), detail=str(exc))],
-                               data={"measured": True, "failure": str(exc), "candidate": cid})
-        raise
-    finally:
-        for a in arm_list:
-            a.close()
+        if not calibration:
+            return res
+        return StageResult(gates=[*res.gates, Gate(
+            "calibration", "a gated run (bench passed)", "A/A calibration by hand", "inconclusive", evidence=evidence,
+            detail="run with --calibration, bench not required: the gates describe the stage's noise and never "
+                   "count for a verdict")], data=res.data, reasons=res.reasons)
+
+    return timed_arms(ctx, (wt_base, wt_cand), lambda arms: start_arms(ctx, settings, arms, deadline), measured,
+                      "the candidate trains both workloads")
 
 
 @dataclass(frozen=True, slots=True)
@@ -346,14 +325,9 @@ def run_blocks(arms: dict[str, Arm], spec: ModelSpec, telemetry: measure.Telemet
 def _measure(ctx: Context, spec: ModelSpec, settings: dict[str, Any], pkgs: list[dict[str, Any]],
              arms: dict[str, Arm], deadline: Deadline, evidence: str, fx: dict[str, Any],
              build: dict[str, Any], calibration: bool = False) -> StageResult:
-    device = measure.check_same_device(list(arms.values()))
-    uuid = device.get("uuid")
-    telemetry = measure.Telemetry(f"GPU-{uuid}" if uuid and not str(uuid).startswith("GPU-") else uuid, spec.cpu)
+    device, telemetry, exclusive_log = measure.claim_device(list(arms.values()), spec.cpu, "the model stage")
     ours = {a.pid for a in arms.values()}
-    exclusive_log = [{"when": "before warm-up", **measure.foreign_processes(telemetry.compute_apps(), ours)}]
-    if exclusive_log[0]["foreign"]:
-        raise KgateError(f"the GPU runs foreign compute processes {exclusive_log[0]['foreign']}: the model stage "
-                         "needs the GPU to itself (exclusive allocation)")
+    uuid = device.get("uuid")
     fitted = fit(arms, spec)
     check_equal("initial parameter hashes", {a: r["params_sha256"] for a, r in fitted.built.items()})
     for w in WORKLOADS:

@@ -50,7 +50,7 @@ from typing import Any
 from kgate import paths
 from kgate.campaign import Campaign
 from kgate.errors import ConfigError, KgateError, ProvenanceMismatch
-from kgate.gates import ncu as ncu_compare
+from kgate.gates import ncu as ncu_gates
 from kgate.measure import coordinator as measure
 from kgate.measure.checkpoints import run_key
 from kgate.measure.rows import MeasureSpec, Row
@@ -58,7 +58,6 @@ from kgate.ncu import parse as ncu_parse
 from kgate.ncu.export import export_commands
 from kgate.ncu.lookup import admin_only, find_ncu
 from kgate.records import Gate, StageResult
-from kgate.source.worktree import verify_frozen, verify_worktree
 from kgate.stages.common import PROFILE_SHARE, Context
 
 #: flags kgate sets itself; a campaign's pass may not set them
@@ -88,17 +87,17 @@ class NcuSpec:
     launch_count: int
     clock_control: str
     passes: tuple[Pass, ...]
-    thresholds: ncu_compare.Thresholds
+    thresholds: ncu_gates.Thresholds
 
     def kernel_filter(self, removed: str) -> str:
         """The ncu ``--kernel-name regex:`` filter: the two sides and the removed kernels."""
         return "|".join(f"({p})" for p in dict.fromkeys((self.baseline, self.candidate, removed)))
 
-    def regexes(self, spec: MeasureSpec) -> ncu_compare.Regexes:
+    def regexes(self, spec: MeasureSpec) -> ncu_gates.Regexes:
         base = measure.compile_regex(self.baseline, "ncu.kernels.baseline")
         cand = measure.compile_regex(self.candidate, "ncu.kernels.candidate")
         assert base is not None and cand is not None
-        return ncu_compare.Regexes(base, cand, spec.removed_rx, spec.replacement_rx)
+        return ncu_gates.Regexes(base, cand, spec.removed_rx, spec.replacement_rx)
 
 
 def load_spec(campaign: Campaign) -> NcuSpec | None:
@@ -116,7 +115,7 @@ def load_spec(campaign: Campaign) -> NcuSpec | None:
     spec = NcuSpec(rows=tuple(n["rows"]), baseline=n["kernels"]["baseline"], candidate=n["kernels"]["candidate"],
                    mode=n["mode"], warm_calls=int(n["warm_calls"]), launch_count=int(n["launch_count"]),
                    clock_control=n["clock_control"], passes=passes,
-                   thresholds=ncu_compare.Thresholds(float(g["traffic_tolerance"]), float(g["spill_ratio_max"]),
+                   thresholds=ncu_gates.Thresholds(float(g["traffic_tolerance"]), float(g["spill_ratio_max"]),
                                                      float(g["occupancy_min_ratio"]),
                                                      None if g["work_tolerance"] is None else float(g["work_tolerance"])))
     measure.compile_regex(spec.baseline, "ncu.kernels.baseline")
@@ -304,8 +303,8 @@ def analyse_row(entry: dict[str, Any], row: Row, spec: MeasureSpec, nspec: NcuSp
         seen = ", ".join(k["kernel"] for k in entry["kernels"]["base"]) or "none"
         raise KgateError(f"row {row.name}: ncu profiled no baseline kernel matching ncu.kernels.baseline "
                          f"'{nspec.baseline}' (profiled: {seen}); fix the campaign's regex")
-    expected = ncu_compare.expected_traffic([(t.nbytes(row), t.accesses) for t in spec.temporaries])
-    entry["comparison"] = ncu_compare.compare_row(row.name, entry["kernels"]["base"], entry["kernels"]["cand"], rx,
+    expected = ncu_gates.expected_traffic([(t.nbytes(row), t.accesses) for t in spec.temporaries])
+    entry["comparison"] = ncu_gates.compare_row(row.name, entry["kernels"]["base"], entry["kernels"]["cand"], rx,
                                                   mm_for(entry["capability"]), expected)
     return entry
 
@@ -349,10 +348,8 @@ def run(ctx: Context) -> StageResult:
     version = lines[-1].strip() if lines else "unknown"
     fx, pb, build = ctx.inputs["fixture_freeze"], ctx.inputs["profile_baseline"], ctx.inputs["candidate_build"]
     rows = spec.select(measure.table_from_record(pb), list(nspec.rows), "ncu.rows")
-    worktrees = {"base": paths.worktree(c.name, gpu, "bench_base"), "cand": paths.worktree(c.name, gpu, f"cand-{cid}")}
-    verify_worktree(worktrees["base"], fx["data"]["bench_base"])
-    verify_worktree(worktrees["cand"], build["data"]["candidate_sha"])
-    verify_frozen(worktrees["cand"], fx["data"]["manifest"])
+    wt_base, wt_cand = ctx.timed_worktrees()
+    worktrees = {"base": wt_base, "cand": wt_cand}
     deadline = measure.Deadline(ctx.deadline_s(PROFILE_SHARE))
     telemetry = measure.Telemetry(ctx.device.get("uuid"), cpu=False)
     evidence = str(paths.record(c.name, gpu, "ncu", cid))
@@ -393,7 +390,7 @@ def run(ctx: Context) -> StageResult:
     gates = [Gate("ncu_counters", "Nsight Compute reads the GPU's performance counters",
                   f"{sum(len(ps) for e in measured for ps in e['passes'].values())} profiles", "pass",
                   evidence=evidence),
-             *ncu_compare.gates([e["comparison"] for e in measured], nspec.thresholds, hidden, source, capped,
+             *ncu_gates.gates([e["comparison"] for e in measured], nspec.thresholds, hidden, source, capped,
                                 nspec.launch_count, evidence)]
     mm = mm_for(measured[0]["capability"]) if measured else mm_for(None)
     data = {**base_data, "available": True, "ncu": ncu_info, "device": next(iter(devices.values())),

@@ -39,13 +39,12 @@ import math
 from typing import Any
 
 from kgate import paths
-from kgate.gates import env as envdiff
+from kgate.gates import env as env_gates
 from kgate.measure import coordinator as measure
 from kgate.measure.arms import WorkerFailure
 from kgate.measure.profile import measure_row, not_measured, per_call
 from kgate.measure.rows import CPU_TIMING_NOTE, MeasureSpec, Row
 from kgate.records import Gate, StageResult
-from kgate.source.worktree import verify_frozen, verify_worktree
 from kgate.stages.common import PROFILE_SHARE, Context
 from kgate.stats import summarize
 
@@ -183,11 +182,7 @@ def run(ctx: Context) -> StageResult:
         return not_measured(ctx, "profile_candidate")
     fx, pb, build = ctx.inputs["fixture_freeze"], ctx.inputs["profile_baseline"], ctx.inputs["candidate_build"]
     rows = spec.profile_rows(measure.table_from_record(pb))
-    wt_base = paths.worktree(c.name, gpu, "bench_base")
-    wt_cand = paths.worktree(c.name, gpu, f"cand-{cid}")
-    verify_worktree(wt_base, fx["data"]["bench_base"])
-    verify_worktree(wt_cand, build["data"]["candidate_sha"])
-    verify_frozen(wt_cand, fx["data"]["manifest"])
+    wt_base, wt_cand = ctx.timed_worktrees()
     mode = spec.profile.get("mode", "fwdbwd")
     tol = float(spec.profile.get("memory_tolerance", 0.05))
     min_ratio = float(spec.profile.get("occupancy_min_ratio", 0.5))
@@ -204,7 +199,7 @@ def run(ctx: Context) -> StageResult:
                                data={"measured": True, "failure": {"row": None, "error": str(exc)}, "candidate": cid})
         raise
     base, cand = arms
-    env_gate = envdiff.arms_gate(c.data, {"profile_baseline": pb["data"]["worker"]["env"], "base": base.info["env"],
+    env_gate = env_gates.arms_gate(c.data, {"profile_baseline": pb["data"]["worker"]["env"], "base": base.info["env"],
                                       "cand": cand.info["env"]}, evidence)
     if env_gate.status == "fail":
         for arm in arms:

@@ -10,10 +10,10 @@ from __future__ import annotations
 import math
 
 from kgate.stats.ratio import RatioEstimate
-from kgate.stats.rounds import AMBIGUOUS, FAST, SAME, SLOW, _check_resolution
+from kgate.stats.rounds import AMBIGUOUS, FAST, SAME, SLOW, check_resolution
 
 
-def _classify_log(
+def classify_log(
     point: float,
     lo: float,
     hi: float,
@@ -61,9 +61,9 @@ def classify(
     Test: tests/test_stats.py (each branch, A/A rate). Limits: the rule is
     only as good as the interval's coverage.
     """
-    res = _check_resolution(resolution, "resolution")
-    sres = res if slow_resolution is None else _check_resolution(slow_resolution, "slow_resolution")
-    return _classify_log(
+    res = check_resolution(resolution, "resolution")
+    sres = res if slow_resolution is None else check_resolution(slow_resolution, "slow_resolution")
+    return classify_log(
         est.log_ratio,
         math.log(est.lower),
         math.log(est.upper),

@@ -28,10 +28,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kgate.errors import ConfigError
-from kgate.stats.classify import _classify_log
+from kgate.stats.classify import classify_log
 from kgate.stats.ratio import RatioEstimate, estimate_rounds
-from kgate.stats.rounds import AMBIGUOUS, FAST, SLOW, Round, _check_confidence, _check_resolution, _t_quantile
-from kgate.stats.sequential import _look_confidence
+from kgate.stats.rounds import AMBIGUOUS, FAST, SLOW, Round, check_confidence, check_resolution, t_quantile
+from kgate.stats.sequential import per_look_confidence
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,10 +78,10 @@ class ControllerConfig:
             )
         if self.step < 1:
             raise ConfigError(f"step: expected >= 1, got {self.step}")
-        _check_confidence(self.confidence)
-        _check_resolution(self.resolution, "resolution")
+        check_confidence(self.confidence)
+        check_resolution(self.resolution, "resolution")
         if self.slow_resolution is not None:
-            _check_resolution(self.slow_resolution, "slow_resolution")
+            check_resolution(self.slow_resolution, "slow_resolution")
         if self.sequential not in ("pocock", "none"):
             raise ConfigError(f"sequential: expected 'pocock' or 'none', got {self.sequential!r}")
 
@@ -97,7 +97,7 @@ class ControllerConfig:
         """Nominal confidence of each look's interval (see the class doc)."""
         if self.sequential == "none":
             return self.confidence
-        return _look_confidence(self.looks(), self.confidence)
+        return per_look_confidence(self.looks(), self.confidence)
 
     @property
     def fast_band(self) -> float:
@@ -149,7 +149,7 @@ def _hw_factor(n: int, confidence: float) -> float | None:
         return None
     n1 = (n + 1) // 2
     n2 = n // 2
-    return _t_quantile(n - 2, confidence) * 0.5 * math.sqrt(1.0 / n1 + 1.0 / n2)
+    return t_quantile(n - 2, confidence) * 0.5 * math.sqrt(1.0 / n1 + 1.0 / n2)
 
 
 def rounds_needed(
@@ -179,7 +179,7 @@ def rounds_needed(
         f = _hw_factor(n, conf)
         assert f is not None
         hw = f * sd_log
-        cls = _classify_log(log_ratio, log_ratio - hw, log_ratio + hw, fast, slow, point_rule)
+        cls = classify_log(log_ratio, log_ratio - hw, log_ratio + hw, fast, slow, point_rule)
         if cls != AMBIGUOUS:
             return n
     return None
@@ -219,7 +219,7 @@ def decide(rounds_so_far: Sequence[Round], cfg: ControllerConfig | None = None) 
         distribution_free=cfg.distribution_free,
         seed=cfg.seed,
     )
-    cls = _classify_log(
+    cls = classify_log(
         est.log_ratio,
         math.log(est.lower),
         math.log(est.upper),

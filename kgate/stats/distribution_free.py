@@ -95,7 +95,7 @@ def _invert(
     return lo, hi, attained, p, floor
 
 
-def _signflip(d: np.ndarray, alpha: float, seed: int) -> DistributionFreeCheck:
+def signflip(d: np.ndarray, alpha: float, seed: int) -> DistributionFreeCheck:
     """Sign-flip test of the mean of ``d``; thresholds are subset means."""
     n = d.size
     total = 2**n
@@ -131,7 +131,7 @@ def _check(method: str, d: np.ndarray, thresholds: np.ndarray, total: int, alway
     )
 
 
-def _relabel(d: np.ndarray, is_ab: np.ndarray, alpha: float, seed: int) -> DistributionFreeCheck:
+def relabel(d: np.ndarray, is_ab: np.ndarray, alpha: float, seed: int) -> DistributionFreeCheck:
     """Koch's two-sample relabelling test for the crossover effect."""
     x = d[is_ab]
     y = -d[~is_ab]

@@ -8,9 +8,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from kgate.errors import ConfigError
-from kgate.stats.distribution_free import _relabel, _signflip
-from kgate.stats.ratio import RatioEstimate, _crossover_core
-from kgate.stats.rounds import AB, _check_confidence, _t_quantile_real
+from kgate.stats.distribution_free import relabel, signflip
+from kgate.stats.ratio import RatioEstimate, crossover_core
+from kgate.stats.rounds import AB, check_confidence, t_quantile_real
 
 
 def geomean(estimates: Sequence[RatioEstimate], confidence: float | None = None) -> RatioEstimate:
@@ -45,7 +45,7 @@ def geomean(estimates: Sequence[RatioEstimate], confidence: float | None = None)
             raise ConfigError(f"geomean: rows have different confidences {sorted(confs)}")
         conf = confs.pop()
     else:
-        conf = _check_confidence(confidence)
+        conf = check_confidence(confidence)
     k = len(rows)
     aligned = (
         all(r.log_ratios for r in rows)
@@ -57,15 +57,15 @@ def geomean(estimates: Sequence[RatioEstimate], confidence: float | None = None)
         series = np.mean(np.array([r.log_ratios for r in rows]), axis=0)
         orders = rows[0].orders
         is_ab = np.array([o == AB for o in orders])
-        point, se, dof, sd, w, method = _crossover_core(series, is_ab)
+        point, se, dof, sd, w, method = crossover_core(series, is_ab)
         method = f"geomean over {k} rows: per-round row means, {method}"
         log_ratios = tuple(float(v) for v in series)
         n = len(orders)
         order_effect = None if w is None else math.exp(w)
         check = (
-            _relabel(series, is_ab, 1.0 - conf, 0)
+            relabel(series, is_ab, 1.0 - conf, 0)
             if method.endswith("crossover-t")
-            else _signflip(series, 1.0 - conf, 0)
+            else signflip(series, 1.0 - conf, 0)
         )
     else:
         point = float(np.mean([r.log_ratio for r in rows]))
@@ -85,7 +85,7 @@ def geomean(estimates: Sequence[RatioEstimate], confidence: float | None = None)
                 "rows differ in rounds or order, so the geomean interval assumes independent "
                 "rows; if they shared rounds it is too narrow: run every row in every round"
             )
-    tq = _t_quantile_real(dof, conf)
+    tq = t_quantile_real(dof, conf)
     noisy = sum(1 for r in rows if r.warnings)
     if noisy:
         warns.append(f"{noisy} of {k} rows carry quality warnings; read them before the geomean")

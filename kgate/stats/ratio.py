@@ -49,8 +49,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kgate.errors import ConfigError
-from kgate.stats.distribution_free import DistributionFreeCheck, _relabel, _signflip
-from kgate.stats.rounds import AB, Round, _as_positive_array, _check_confidence, _check_orders, _t_quantile
+from kgate.stats.distribution_free import DistributionFreeCheck, relabel, signflip
+from kgate.stats.rounds import AB, Round, as_positive_array, check_confidence, check_orders, t_quantile
 
 #: Between-round CV above which a warning is raised.
 CV_WARN = 0.05
@@ -114,7 +114,7 @@ class RatioEstimate:
         return out
 
 
-def _crossover_core(
+def crossover_core(
     d: np.ndarray, is_ab: np.ndarray
 ) -> tuple[float, float, float, float | None, float | None, str]:
     """Point, se, dof, sd, order effect (log) and method name."""
@@ -219,9 +219,9 @@ def paired_ratio(
     Raises ``ConfigError`` for fewer than 2 rounds, unequal lengths, or
     non-positive/non-finite times.
     """
-    conf = _check_confidence(confidence)
-    base = _as_positive_array(base_rounds_ms, "base_rounds_ms")
-    cand = _as_positive_array(cand_rounds_ms, "cand_rounds_ms")
+    conf = check_confidence(confidence)
+    base = as_positive_array(base_rounds_ms, "base_rounds_ms")
+    cand = as_positive_array(cand_rounds_ms, "cand_rounds_ms")
     if base.size != cand.size:
         raise ConfigError(
             f"rounds: {base.size} baseline vs {cand.size} candidate values; rounds must be paired"
@@ -229,11 +229,11 @@ def paired_ratio(
     n = int(base.size)
     if n < 2:
         raise ConfigError(f"rounds: need at least 2 paired rounds, got {n}")
-    ords = _check_orders(orders, n)
+    ords = check_orders(orders, n)
     d = np.log(base) - np.log(cand)
     is_ab = np.array([o == AB for o in ords])
-    point, se, dof, sd, w, method = _crossover_core(d, is_ab)
-    tq = _t_quantile(int(dof), conf)
+    point, se, dof, sd, w, method = crossover_core(d, is_ab)
+    tq = t_quantile(int(dof), conf)
     warns: list[str] = []
 
     base_cv = float(base.std(ddof=1) / base.mean())
@@ -274,9 +274,9 @@ def paired_ratio(
     if distribution_free:
         alpha = 1.0 - conf
         if method == "crossover-t":
-            check = _relabel(d, is_ab, alpha, seed)
+            check = relabel(d, is_ab, alpha, seed)
         else:
-            check = _signflip(d, alpha, seed)
+            check = signflip(d, alpha, seed)
 
     return RatioEstimate(
         speedup=math.exp(point),

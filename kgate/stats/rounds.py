@@ -33,7 +33,7 @@ Order = Literal["AB", "BA"]
 # validation helpers
 
 
-def _as_positive_array(values: Sequence[float], name: str) -> np.ndarray:
+def as_positive_array(values: Sequence[float], name: str) -> np.ndarray:
     try:
         arr = np.asarray(values, dtype=float)
     except (TypeError, ValueError) as exc:
@@ -47,13 +47,13 @@ def _as_positive_array(values: Sequence[float], name: str) -> np.ndarray:
     return arr
 
 
-def _check_confidence(confidence: float) -> float:
+def check_confidence(confidence: float) -> float:
     if not (isinstance(confidence, (int, float)) and 0.5 <= float(confidence) < 1.0):
         raise ConfigError(f"confidence: expected a number in [0.5, 1), got {confidence!r}")
     return float(confidence)
 
 
-def _check_resolution(value: float, name: str) -> float:
+def check_resolution(value: float, name: str) -> float:
     if not (isinstance(value, (int, float)) and 0.0 < float(value) < 1.0):
         raise ConfigError(f"{name}: expected a fraction in (0, 1), got {value!r}")
     return float(value)
@@ -67,7 +67,7 @@ def alternating_orders(n: int, first: Order = AB) -> tuple[str, ...]:
     return tuple(first if i % 2 == 0 else other for i in range(n))
 
 
-def _check_orders(orders: Sequence[str] | None, n: int) -> tuple[str, ...]:
+def check_orders(orders: Sequence[str] | None, n: int) -> tuple[str, ...]:
     if orders is None:
         return alternating_orders(n)
     out = tuple(orders)
@@ -80,13 +80,13 @@ def _check_orders(orders: Sequence[str] | None, n: int) -> tuple[str, ...]:
 
 
 @lru_cache(maxsize=4096)
-def _t_quantile(dof: int, confidence: float) -> float:
+def t_quantile(dof: int, confidence: float) -> float:
     return float(_sps.t.ppf(0.5 + confidence / 2.0, dof))
 
 
-def _t_quantile_real(dof: float, confidence: float) -> float:
+def t_quantile_real(dof: float, confidence: float) -> float:
     if float(dof).is_integer():
-        return _t_quantile(int(dof), confidence)
+        return t_quantile(int(dof), confidence)
     return float(_sps.t.ppf(0.5 + confidence / 2.0, dof))
 
 
@@ -130,7 +130,7 @@ def summarize(samples_ms: Sequence[float]) -> Summary:
     reported as they are. Raises ``ConfigError`` on an empty, non-finite or
     non-positive sample set.
     """
-    arr = _as_positive_array(samples_ms, "samples_ms")
+    arr = as_positive_array(samples_ms, "samples_ms")
     if arr.size == 0:
         raise ConfigError("samples_ms: no samples")
     q = np.quantile(arr, [0.1, 0.2, 0.5, 0.8, 0.9], method="linear")

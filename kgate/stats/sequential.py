@@ -5,7 +5,7 @@ Method: :func:`pocock_constant` finds the constant ``c`` with
 possibly unequal, look spacing in information time, by the recursive
 numerical integration of Armitage, McPherson & Rowe (1969).
 :func:`crossover_information` gives the information of the balanced AB/BA
-estimator after ``n`` rounds, and ``_look_confidence`` turns ``c`` into the
+estimator after ``n`` rounds, and ``per_look_confidence`` turns ``c`` into the
 nominal level of every look's interval, so that the controller's intervals
 are repeated confidence intervals (Jennison & Turnbull, 1989; 98.35 % per
 look for 95 % over looks at 5, 7, ..., 15; see :mod:`kgate.stats.controller`).
@@ -104,7 +104,7 @@ def crossover_information(n: int) -> float:
 
 
 @lru_cache(maxsize=64)
-def _look_confidence(looks: tuple[int, ...], confidence: float) -> float:
+def per_look_confidence(looks: tuple[int, ...], confidence: float) -> float:
     info = [crossover_information(max(n, 2)) for n in looks]
     c = pocock_constant(info, 1.0 - confidence)
     return 1.0 - 2.0 * float(_ndtr(-c))

@@ -32,8 +32,7 @@ from typing import Any
 
 from kgate import paths
 from kgate.errors import ConfigError, KgateError, ProvenanceMismatch
-from kgate.testrun import outcomes_plugin
-from kgate.testrun import resume as gate_resume
+from kgate.testrun import outcomes_plugin, resume
 
 OUTCOMES_OK = frozenset({"passed", "skipped", "xfailed"})
 #: deaths by these signals are not the candidate's doing (a crash is SIGSEGV, SIGABRT, SIGBUS, SIGFPE, ...)
@@ -179,11 +178,11 @@ def run(spec: GateSpec, worktree: Path, out_dir: Path, triton_cache: Path, *, ta
     if spec.workers > 1:
         cmd += ["-n", str(spec.workers)]
     cmd += list(spec.pytest_args)
-    key = None if only_ids else gate_resume.attempt_key(cmd, worktree, spec.env_set, sys.executable)
-    carried = gate_resume.carried(out_dir, tag, key)
+    key = None if only_ids else resume.attempt_key(cmd, worktree, spec.env_set, sys.executable)
+    carried = resume.carried(out_dir, tag, key)
     for p in [outcomes, junit, log, interp_record, *out_dir.glob(f"{tag}.outcomes.json.gw*")]:
         p.unlink(missing_ok=True)
-    skip_file = gate_resume.write_attempt(out_dir, tag, key, carried)
+    skip_file = resume.write_attempt(out_dir, tag, key, carried)
     env = build_env(spec, worktree, triton_cache)
     run_cmd = [*cmd, f"--kgate-skip-ids={skip_file}"] if skip_file else cmd
     start = time.time()
