@@ -6,6 +6,10 @@ Usage::
     python -m kgate verdict --check X --gpu cpu        # exit 0 GO, 1 NO-GO/STOPPED, 3 INCONCLUSIVE/SMOKE, 2 error
     python -m kgate candidate-id X                     # the candidate's content hash
     python -m kgate ncu-export X --gpu h200 --out DIR   # the ncu stage's CSV exports, for tests/data/ncu/
+    python -m kgate plan --campaign X --gpu h200      # what a run would do, reuse and cost; writes nothing
+    python -m kgate export --format pyperf REC.json    # a bench or model record's samples for pyperf or NVBench
+    python -m kgate compare X --candidates A B         # two candidates side by side (or --records R1 R2, or GPUs)
+    python -m kgate export --format nvbench|pyperf REC  # a bench/model record's samples for NVBench or pyperf
     python -m kgate model ... --calibration            # an A/A of the model stage by hand (docs/measurement.md)
 
 A ``KgateError`` prints one line ``kgate: error: ...`` on stderr and exits 2;
@@ -50,14 +54,25 @@ def build_parser() -> argparse.ArgumentParser:
     vp.add_argument("--gpu", default="cpu")
     cp = sub.add_parser("candidate-id", help="print the candidate's content hash")
     cp.add_argument("campaign")
-    xp = sub.add_parser("compare", help="one campaign's gates and rows side by side across device classes")
-    xp.add_argument("campaign", help="campaign name (results/<campaign>/)")
+    xp = sub.add_parser("compare", help="one campaign's gates and rows side by side: device classes, candidates or records")
+    xp.add_argument("campaign", nargs="?", default=None, help="campaign name (results/<campaign>/); not with --records")
     xp.add_argument("--gpus", default=None, help="comma-separated device classes, in column order (default: all)")
     xp.add_argument("--root", default=".", help="the folder holding results/ and reports/ (default: .)")
     xp.add_argument("--candidate", default=None, help="candidate id to align the columns on")
+    xp.add_argument("--candidates", nargs="+", metavar="ID", default=None,
+                    help="two (or more) candidates of the campaign side by side, on one device class")
+    xp.add_argument("--gpu", default=None, help="with --candidates: the device class (default: the one with them all)")
+    xp.add_argument("--records", nargs="+", metavar="RECORD", default=None,
+                    help="two (or more) record.json files of one campaign and stage side by side")
+    from kgate import export
+    ep = sub.add_parser("export", help="a bench or model record's samples as NVBench or pyperf JSON")
+    export.add_arguments(ep)
     from kgate.stages import doctor
     dp = sub.add_parser("doctor", help="preflight: fail in seconds on a broken setup")
     doctor.add_arguments(dp)
+    from kgate import plan
+    plan.add_arguments(sub.add_parser("plan", help="what a run would do before it starts: reuse, run, blocked, GPU "
+                                                   "time (writes nothing)"))
     from kgate import audit
     ap = sub.add_parser("audit", help="overlap of campaigns on one target (exit 0 none, 1 overlap, 2 error)")
     audit.add_arguments(ap)
@@ -83,11 +98,19 @@ def main(argv: list[str] | None = None) -> int:
         if args.stage == "candidate-id":
             return cmd_candidate_id(args)
         if args.stage == "compare":
-            from kgate.report import compare
+            from kgate.report import compare, compare_runs
+            if args.candidates or args.records:
+                return compare_runs.run_cli(args.campaign, args.candidates, args.records, args.gpu, args.root)
             return compare.run_cli(args)
+        if args.stage == "export":
+            from kgate import export
+            return export.run_cli(args)
         if args.stage == "doctor":
             from kgate.stages import doctor
             return doctor.run_doctor(args)
+        if args.stage == "plan":
+            from kgate import plan
+            return plan.run_cli(args)
         if args.stage == "audit":
             from kgate import audit
             return audit.run_audit(args)

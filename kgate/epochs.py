@@ -10,16 +10,20 @@ contract's digest hashes the parts. The candidate, the hypothesis and the
 notes are not part of it.
 
 The ledger ``results/<campaign>/epochs.json`` (schema kgate.epochs/1) lists
-the epochs. When the DAG is built, ``open_or_check`` compares the current
-contract with the latest epoch: equal, fine; different before that epoch was
+the epochs. ``check`` compares the current contract with the latest epoch:
+equal, fine; no ledger yet, epoch 1 opens; different before that epoch was
 frozen (no fixture_freeze passed yet), the epoch takes the new contract;
 different after a freeze, kgate refuses to run unless the explicit switch
 ``new_epoch=true`` is given, which opens epoch n+1 and first copies the
 records of the results tree (record.json, verdict.json, manifest.json and
-candidate patches) to ``results/<campaign>/_epochs/<n>/``. Every stage checks
-the ledger again before it runs and stamps its record with the epoch number
-and the contract digest, so the report can say which result belongs to which
-epoch.
+candidate patches) to ``results/<campaign>/_epochs/<n>/``. ``check`` only
+reads: the DAG build calls it, so a refusal comes before any job, and a dry
+run or lint writes nothing. ``open_or_check`` checks again and writes what
+``check`` found; the workflow calls it once, when Snakemake starts running
+jobs (``kgate.workflow.open_epoch``). Every stage checks the ledger again
+before it runs (``current``) and stamps its record with the epoch number and
+the contract digest, so the report can say which result belongs to which
+epoch; fixture_freeze marks the epoch frozen (``mark_frozen``).
 """
 
 from __future__ import annotations
@@ -118,34 +122,58 @@ def _changed(old: dict[str, str], new: dict[str, str]) -> list[str]:
     return sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
 
 
-def open_or_check(c: Campaign, new_epoch: bool) -> dict[str, Any]:
-    """At DAG build: the current epoch, opening or updating one as the module docstring says.
+@dataclass(frozen=True, slots=True)
+class Opening:
+    """What opening the ledger for the current contract does; ``check`` computes it without writing.
+
+    ``action`` is ``unchanged`` (the latest epoch holds the contract),
+    ``first run`` (no ledger yet), ``changed before freeze`` (the unfrozen
+    epoch takes the new contract) or ``new epoch`` (``new_epoch=true`` after a
+    freeze). ``ledger`` is the ledger to write (None: nothing to write) and
+    ``archive`` the epoch whose records are copied first (None: none).
+    """
+
+    action: str
+    epoch: dict[str, Any]
+    ledger: dict[str, Any] | None
+    archive: int | None
+
+
+def check(c: Campaign, new_epoch: bool) -> Opening:
+    """At DAG build, read-only: what opening the ledger would do, as the module docstring says.
     Raises ConfigError (one line) when the contract changed after a freeze without the switch."""
     cur = contract(c)
     ledger = read(c.name)
     if ledger is None:
         ledger = _first_ledger(c, cur)
-        write_json(paths.epochs_ledger(c.name), ledger)
-        return ledger["epochs"][-1]
+        return Opening("first run", ledger["epochs"][-1], ledger, None)
     last = ledger["epochs"][-1]
     if last["contract"] == cur.digest:
-        return last
+        return Opening("unchanged", last, None, None)
     changed = _changed(last["parts"], cur.parts)
     if not last["frozen"]:
         last.update(contract=cur.digest, parts=cur.parts, updated_utc=_utc())
         last.setdefault("changed_before_freeze", []).append(changed)
-        write_json(paths.epochs_ledger(c.name), ledger)
-        return last
+        return Opening("changed before freeze", last, ledger, None)
     if not new_epoch:
         raise ConfigError(
             f"campaign {c.name}: the contract changed since epoch {last['number']} was frozen "
             f"(changed: {', '.join(changed)}); results of epoch {last['number']} were judged against it. "
             f"Restore it, or start epoch {last['number'] + 1} with --config new_epoch=true")
-    archive(c.name, last["number"])
     entry = _entry(last["number"] + 1, cur, "new_epoch switch", changed)
     ledger["epochs"].append(entry)
-    write_json(paths.epochs_ledger(c.name), ledger)
-    return entry
+    return Opening("new epoch", entry, ledger, last["number"])
+
+
+def open_or_check(c: Campaign, new_epoch: bool) -> dict[str, Any]:
+    """When jobs are about to run: ``check``, then do what it found (archive the closed epoch's records,
+    write the ledger); returns the current epoch. Raises ConfigError as ``check`` does."""
+    opening = check(c, new_epoch)
+    if opening.archive is not None:
+        archive(c.name, opening.archive)
+    if opening.ledger is not None:
+        write_json(paths.epochs_ledger(c.name), opening.ledger)
+    return opening.epoch
 
 
 def _first_ledger(c: Campaign, cur: Contract) -> dict[str, Any]:

@@ -87,6 +87,15 @@ def record(campaign: str, gpu: str, stage: str, candidate: str | None = None) ->
     return stage_dir(campaign, gpu, stage, candidate) / "record.json"
 
 
+#: the per-round checkpoint file a measuring stage appends beside its record (kgate.measure.checkpoints)
+CHECKPOINTS = {"bench": "rounds.jsonl", "model": "blocks.jsonl"}
+
+
+def checkpoint_beside(record_path: Path, stage: str) -> Path:
+    """The checkpoint (``CHECKPOINTS[stage]``) in the folder of a record of ``stage``, wherever that record lies."""
+    return Path(record_path).parent / CHECKPOINTS[stage]
+
+
 def log(campaign: str, gpu: str, stage: str, candidate: str | None = None) -> Path:
     return Path("logs") / stage_dir(campaign, gpu, stage, candidate).relative_to("results") / "record.log"
 

@@ -41,6 +41,11 @@ def lets_through(stage: str, status: str, force: bool) -> bool:
 #: Not a gate of the protocol: a failure is a site error (no record), so it is not in STAGES, the verdict or
 #: the report; ``target`` depends on its record.
 PREFLIGHT = "doctor"
+#: The rules that hold a GPU (``resources: gpu=1`` in workflow/rules/<rule>.smk): the preflight and every stage but
+#: the two local rules, target and candidate_build. ``kgate plan`` sums its GPU-time estimate over them;
+#: tests/test_plan.py checks this set against the rule files.
+GPU_STAGES = frozenset({PREFLIGHT, "baseline_tests", "fixture_freeze", "profile_baseline", "candidate_gate",
+                        "profile_candidate", "bench", "ncu", "model"})
 
 
 def gated_walk(status_of: Callable[[str], str], force: bool = False) -> list[str]:

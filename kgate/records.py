@@ -1,16 +1,18 @@
 """Stage records: JSON with a schema version, written atomically.
 
 Every stage writes exactly one record (see docs/architecture.md); the report
-writes the verdict. The readers here (``read_record``, ``read_verdict``) are
+writes the verdict. Every file goes through ``atomic_write_text``: the user's
+umask, fsynced, renamed into place. The readers here (``read_record``, ``read_verdict``) are
 the only ones: they check the schema version and raise ``FormatVersionError``
 on an unknown one, ``IncompleteData`` on a missing or torn file.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
-import tempfile
+import secrets
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,19 +62,65 @@ class StageResult:
 
 
 def atomic_write_text(path: Path, text: str) -> None:
-    """Write via a temporary file in the same folder and rename (no torn files)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    """Write ``text`` to ``path`` so that a reader sees the old file or the new one, never a torn one.
+
+    Method: the text goes to a new temporary file beside ``path`` (same folder,
+    so the rename cannot cross filesystems), created with ``os.open(...,
+    O_CREAT | O_EXCL, 0o666)``: the kernel applies the process umask (and a
+    folder's default ACL), so the file gets the mode any ``open(path, "w")``
+    would, 0644 under umask 022, 0600 under 077; nothing reads or changes the
+    process-wide umask. The file is flushed and fsynced, renamed over ``path``
+    (``os.replace``, atomic on POSIX) and the folder fsynced, so the rename
+    survives a crash. On any error the temporary file is removed. Limits: the
+    folder sync is skipped on a filesystem that does not support syncing a
+    folder (EINVAL/ENOTSUP), where the rename is as durable as that filesystem
+    makes it; a replaced file takes the new file's mode, not the old one's.
+    """
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def _create_beside(path: Path) -> tuple[int, Path]:
+    """A new, exclusively created ``.<name>.<random>.tmp`` in ``path``'s folder, mode 0o666 less the umask."""
+    for _ in range(100):
+        tmp = path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"{path.parent}: no free temporary name for {path.name} after 100 tries")
+
+
+def _fsync_dir(folder: Path) -> None:
+    """fsync a folder, so a rename in it is on disk; a filesystem that cannot sync folders is left as it is."""
+    fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        os.fsync(fd)
+    except OSError as exc:
+        if exc.errno not in (errno.EINVAL, errno.ENOTSUP):
+            raise
+    finally:
+        os.close(fd)
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """:func:`atomic_write_text`'s method for bytes (the text is UTF-8 encoded first; e.g. an NVBench sample-times
+    file is written as it is): umask, fsync, rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = _create_beside(path)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
+    _fsync_dir(path.parent)
 
 
 def write_json(path: Path, data: Any) -> None:
+    """Write ``data`` as indented JSON with :func:`atomic_write_text` (the user's umask, fsynced, atomic)."""
     atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
 
 

@@ -2,11 +2,24 @@
 
 Runs on the machine that builds the DAG (the login node under Slurm) and
 again inside every job, and is cheap, so the candidate's identity is
-recomputed every time. It reads the campaign, the overlay files and the
-user's clone, and writes one file: ``resolve`` opens or checks the epoch
-ledger ``results/<campaign>/epochs.json`` (``kgate.epochs.open_or_check``:
-written on the first run, and when the contract changed before a freeze or
-with ``new_epoch=true``, which also archives the records).
+recomputed every time. ``resolve`` reads the campaign, the overlay files and
+the user's clone and writes nothing, so ``snakemake -n`` and ``--lint`` leave
+the tree as it was: it checks the epoch ledger
+``results/<campaign>/epochs.json`` (``kgate.epochs.check``), refusing a
+contract changed after a freeze without ``new_epoch=true`` before any job.
+
+``open_epoch`` writes the ledger (``kgate.epochs.open_or_check``: on the first
+run, and when the contract changed before a freeze or with
+``new_epoch=true``, which also archives the records). The Snakefile calls it
+from its ``onstart`` handler (workflow/rules/common.smk), which Snakemake 9
+calls in the main process once the DAG is built and before the first job,
+only when jobs will run: not for a dry run, ``--lint``, ``--dag`` or a DAG
+with nothing to do, and not inside a job (spawned jobs get ``--no-hooks``).
+Why not a job: no one rule runs first whenever the ledger changes (doctor and
+target rerun only for their own inputs; a threshold changed with
+``new_epoch=true`` reruns only the stage it judges), and every stage's record
+needs the new epoch. Limit: under ``--no-hooks`` the ledger is not written, so
+a stage in a changed contract refuses to run (``kgate.epochs.current``).
 """
 
 from __future__ import annotations
@@ -31,7 +44,9 @@ class Run:
     candidate: str
     force: bool
     config: dict[str, Any]
+    #: the epoch the run is in, as ``kgate.epochs.check`` found it at DAG build (written by ``open_epoch``)
     epoch: dict[str, Any]
+    new_epoch: bool = False
 
     @property
     def name(self) -> str:
@@ -52,6 +67,7 @@ class Run:
 
 
 def resolve(config: dict[str, Any]) -> Run:
+    """The validated config, the campaign, the device class and the candidate; the epoch is checked, not written."""
     cfg = {k: v for k, v in config.items()}
     validate(cfg, "config", "config")
     camp = campaign_mod.load(cfg["campaign"], {"target_path": cfg.get("target_path"),
@@ -59,9 +75,15 @@ def resolve(config: dict[str, Any]) -> Run:
     gpu = cfg.get("gpu", "auto")
     if gpu == "auto":
         gpu = device.detect().klass
-    epoch = epochs.open_or_check(camp, _flag(cfg.get("new_epoch", False)))
+    new_epoch = _flag(cfg.get("new_epoch", False))
+    epoch = epochs.check(camp, new_epoch).epoch
     return Run(campaign=camp, gpu=gpu, candidate=candidate.identity(camp), force=_flag(cfg.get("force", False)),
-               config=cfg, epoch=epoch)
+               config=cfg, epoch=epoch, new_epoch=new_epoch)
+
+
+def open_epoch(run: Run) -> dict[str, Any]:
+    """Write the epoch ledger for ``run`` (``kgate.epochs.open_or_check``); returns the current epoch."""
+    return epochs.open_or_check(run.campaign, run.new_epoch)
 
 
 def _flag(value: bool | str) -> bool:

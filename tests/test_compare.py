@@ -9,6 +9,7 @@ devices, would show.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from kgate.cli import main
-from kgate.errors import FormatVersionError, IncompleteData
+from kgate.errors import ConfigError, FormatVersionError, IncompleteData
 from kgate.records import STAGE_SCHEMA, VERDICT_SCHEMA
-from kgate.report import compare
+from kgate.report import compare, compare_runs
 
 C = "xarch"
 A, B = "aaaaaaaaaaaa", "bbbbbbbbbbbb"
@@ -247,3 +248,127 @@ class TestCli:
                               text=True, timeout=120, check=False)
         assert proc.returncode == 0, proc.stderr
         assert proc.stdout.startswith(f"kgate compare: {C}, 3 device classes: b300, h200, cpu")
+
+
+# two candidates, or two records, of one campaign (kgate.report.compare_runs), on the committed H200 records
+
+DATA = Path(__file__).parent / "data"
+H200 = "rwkv6-bwd-fusion"
+IDENTITY, FUSED = "6294a6be4c4d", "f6b3512413ea"
+
+
+def lay_out(root: Path, gpu: str = "h200") -> Path:
+    """The identity (A/A) and fused candidates' real bench and model records, as the stages lay them out."""
+    sources = {
+        ("bench", IDENTITY): DATA / "bench" / "h200_identity_rearm" / "record.json",
+        ("bench", FUSED): DATA / "bench" / "h200_fused_rearm" / "record.json",
+        ("model", IDENTITY): DATA / "model" / "h200_identity" / "record.json",
+        ("model", FUSED): DATA / "model" / "h200_fused" / "record.json",
+        ("candidate_build", FUSED): DATA / "records" / "h200_default_bench" / "candidate_build.json",
+    }
+    for (stage, cand), src in sources.items():
+        dest = root / "results" / H200 / gpu / stage / cand / "record.json"
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(src, dest)
+    return root
+
+
+def own(record: Path, key: str) -> tuple[str, str, str]:
+    """A bench row's ratio, interval and class as the record holds them, in the comparison's number format."""
+    row = next(r for r in json.loads(record.read_text())["data"]["rows"] if r["key"] == key)
+    lo, hi = row["interval"]
+    fmt = compare.format_number
+    return f"{fmt(row['speedup'])}x", f"[{fmt(lo)}, {fmt(hi)}]", row["classification"]
+
+
+class TestCandidates:
+    def test_rows_side_by_side_with_their_own_intervals(self, tmp_path: Path) -> None:
+        root = lay_out(tmp_path)
+        columns = compare_runs.collect_candidates(root, H200, [IDENTITY, FUSED])
+        assert columns.labels == (IDENTITY, FUSED)
+        assert [d.gpu for d in columns.comparison.devices] == ["h200", "h200"]
+        row = line(columns.comparison.rows, "bench", "B1_T8192_H96_D128 (fwdbwd)")
+        ident = DATA / "bench" / "h200_identity_rearm" / "record.json"
+        fused = DATA / "bench" / "h200_fused_rearm" / "record.json"
+        got = [(c.text, c.interval, c.tag) for c in row.cells]
+        assert got == [own(ident, "B1_T8192_H96_D128:fwdbwd"), own(fused, "B1_T8192_H96_D128:fwdbwd")]
+        assert [c.tag for c in row.cells] == ["SAME", "SLOW"]
+        dense = line(columns.comparison.rows, "model", "dense")
+        assert [(c.text, c.interval, c.tag) for c in dense.cells] == [
+            ("1x", "[0.9981, 1.003]", "SAME"), ("0.9959x", "[0.9938, 0.998]", "SAME")]
+        gate = line(columns.comparison.gates, "bench", "geomean_speedup")
+        assert gate.threshold == "lower bound of the geomean over 7 gated rows >= 1.08"
+        assert [(c.text, c.status) for c in gate.cells] == [("0.9998 x", "fail"), ("0.8947 x", "fail")]
+        # the identity candidate's build record is not in this tree: its cell says so, the fused one's is shown
+        build = line(columns.comparison.gates, "candidate_build", "frozen_unchanged")
+        assert [c.status for c in build.cells] == ["not_run", "pass"]
+
+    def test_text_and_cli(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        root = lay_out(tmp_path)
+        assert main(["compare", H200, "--candidates", IDENTITY, FUSED, "--root", str(root)]) == 0
+        out = capsys.readouterr().out
+        assert out == compare_runs.render(compare_runs.collect_candidates(root, H200, [IDENTITY, FUSED], "h200"))
+        assert out.startswith(f"kgate compare: {H200} on h200, candidates {IDENTITY} vs {FUSED}\n")
+        row = next(x for x in out.splitlines() if x.startswith("bench / varlen_D128 (fwdbwd)"))
+        assert "0.9148x [0.9063, 0.9234] SLOW" in row and "1x [0.9865, 1.014] SAME" in row
+        gate = next(x for x in out.splitlines() if x.startswith("model / dense_tokens_per_s_gain"))
+        assert "lower bound of the dense tokens/s ratio" in gate and gate.count("FAIL") == 2
+        # no ratio between the candidates' numbers (0.8812 / 0.9999 for the first row) is shown
+        assert compare.format_number(0.8812257225622961 / 0.9999050959590596) not in out
+
+    def test_refusals(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        root = lay_out(tmp_path)
+        with pytest.raises(IncompleteData, match=f"no device class .* has records of every candidate .*{'b' * 12}"):
+            compare_runs.collect_candidates(root, H200, [IDENTITY, "b" * 12])
+        with pytest.raises(IncompleteData, match=f"no records of candidate {'b' * 12} under"):
+            compare_runs.collect_candidates(root, H200, [IDENTITY, "b" * 12], "h200")
+        with pytest.raises(ConfigError, match="named twice"):
+            compare_runs.collect_candidates(root, H200, [IDENTITY, IDENTITY])
+        lay_out(root, "b300")
+        with pytest.raises(ConfigError, match="records on b300, h200: pass --gpu"):
+            compare_runs.collect_candidates(root, H200, [IDENTITY, FUSED])
+        assert compare_runs.collect_candidates(root, H200, [IDENTITY, FUSED], "b300").comparison.devices[0].gpu == "b300"
+        assert main(["compare", "--candidates", IDENTITY, FUSED, "--root", str(root)]) == 2
+        assert main(["compare", "--root", str(root)]) == 2
+        errs = capsys.readouterr().err.splitlines()
+        assert errs == ["kgate: error: compare --candidates: name the campaign (python -m kgate compare CAMPAIGN "
+                        "--candidates A B)",
+                        "kgate: error: compare: name the campaign (python -m kgate compare CAMPAIGN), or give --records X Y"]
+
+
+class TestRecords:
+    def test_two_bench_records(self, capsys: pytest.CaptureFixture[str]) -> None:
+        a = DATA / "bench" / "h200_identity" / "record.json"
+        b = DATA / "bench" / "h200_fused_rearm" / "record.json"
+        assert main(["compare", "--records", str(a), str(b)]) == 0
+        out = capsys.readouterr().out
+        assert out.startswith(f"kgate compare: {H200}, bench records {IDENTITY} vs {FUSED}\n")
+        row = next(x for x in out.splitlines() if x.startswith("bench / B8_T1024_H8_D64 (fwdbwd)"))
+        text, interval, cls = own(b, "B8_T1024_H8_D64:fwdbwd")
+        assert f"{text} {interval} {cls}" in row
+        assert "- the columns are of different epochs (6294a6be4c4d: 1, f6b3512413ea: 2)" in out
+
+    def test_same_candidate_twice_is_told_apart_by_folder(self) -> None:
+        a = DATA / "bench" / "h200_fused_rearm" / "record.json"
+        b = DATA / "bench" / "h200_fused_host_ahead" / "record.json"
+        columns = compare_runs.collect_records([a, b])
+        assert columns.labels == (f"{FUSED} (h200_fused_rearm)", f"{FUSED} (h200_fused_host_ahead)")
+        geomean = line(columns.comparison.rows, "bench", "geomean")
+        assert [c.text for c in geomean.cells] == ["0.8947x", "0.9001x"]
+
+    def test_two_stages_or_campaigns_are_refused(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        bench_rec = DATA / "bench" / "h200_fused_rearm" / "record.json"
+        model_rec = DATA / "model" / "h200_fused" / "record.json"
+        assert main(["compare", "--records", str(bench_rec), str(model_rec)]) == 2
+        other = json.loads(bench_rec.read_text())
+        other["campaign"] = "another-campaign"
+        (tmp_path / "record.json").write_text(json.dumps(other))
+        assert main(["compare", "--records", str(bench_rec), str(tmp_path / "record.json")]) == 2
+        assert main(["compare", H200, "--records", str(bench_rec), str(bench_rec)]) == 2
+        assert main(["compare", "--records", str(bench_rec), str(bench_rec)]) == 2
+        errs = capsys.readouterr().err.splitlines()
+        assert len(errs) == 4
+        assert errs[0].startswith(f"kgate: error: records of two stages: {bench_rec} is of stage 'bench', {model_rec} "
+                                  "of 'model'")
+        assert errs[1].startswith("kgate: error: records of two campaigns:") and "'another-campaign'" in errs[1]
+        assert "drop the campaign argument" in errs[2] and "a file is named twice" in errs[3]

@@ -26,7 +26,7 @@ from kgate.errors import FormatVersionError, IncompleteData
 from kgate.report.format import STATUS_LABELS, clean, format_value, md_code, md_escape
 from kgate.report.generic import fold_large
 from kgate.report.links import evidence_href
-from kgate.report.page import SENTENCE_HEAD, VERDICTS
+from kgate.report.page import SENTENCE_HEAD, VERDICTS, split_formula
 from kgate.report.svg import nice_ticks, svg_bar_chart, svg_interval_plot, svg_series_plot
 
 DATA = Path(__file__).parent / "data" / "records"
@@ -210,12 +210,17 @@ class TestRender:
         for gate, cells in zip(rendered["verdict"]["gates"], gate_rows):
             assert cells[0] == gate["stage"]
             assert cells[1].removesuffix(" (decided)") == gate["name"]
-            assert cells[2] == gate["threshold"]
-            assert cells[3].startswith(format_value(gate["value"], gate.get("unit")))
+            # the threshold's statement, its parenthesised formula folded under "formula"
+            head, formula = split_formula(gate["threshold"])
+            assert cells[2].replace(" ", "") == (f"{head}formula{formula}" if formula else head).replace(" ", "")
+            # a long value folds: its first 90 characters are the summary, the whole value follows
+            value = format_value(gate["value"], gate.get("unit"))
+            assert cells[3].startswith(value) or (len(value) > 110 and value in cells[3])
             assert cells[4] == STATUS_LABELS[gate["status"]]
             prefix = f"results/{rendered['verdict']['campaign']}/{rendered['verdict']['gpu']}/"
             evidence = repo_relative(gate["evidence"], rendered["records"]) if gate["evidence"] else None
-            assert cells[5] == (evidence.removeprefix(prefix) if evidence else "—")
+            # the link text is the file's name; its href (checked in TestLinks) is the whole path
+            assert cells[5] == (evidence.removeprefix(prefix).rsplit("/", 1)[-1] if evidence else "—")
 
     def test_stages_that_did_not_run_say_why(self, rendered: dict) -> None:
         """A not_run stage has a gate-table row and a section, both with its reason."""
@@ -352,7 +357,7 @@ class TestVerdictKinds:
         assert "**Forced run** past a STOP: never GO (would be INCONCLUSIVE)." in (tmp_path / "summary.md").read_text()
 
     def test_long_sentence_folds_below_the_banner(self, tmp_path: Path) -> None:
-        """A sentence longer than the banner holds is cut at a word there and shown in full just below."""
+        """The banner says in one sentence which gate decided and why; the verdict's long sentence folds below it."""
         verdict, records, _ = load("synthetic_cpu_nogo")
         ids = ", ".join(f"tests/ops/test_toy_scan.py::test_bwd[case{i}]" for i in range(12))
         sentence = f"candidate_gate gate_tests_pass fail: 12 failed — not passing: {ids}"
@@ -360,6 +365,13 @@ class TestVerdictKinds:
         html = (tmp_path / "index.html").read_text()
         banner = Page(html.split("</header>")[0]).text
         assert sentence not in banner
+        head = re.search(r'<p class="sentence">(.*?)</p>', html).group(1)
+        assert len(head) <= SENTENCE_HEAD + 2 and head.startswith("candidate_gate / gate_tests_pass FAIL: ")
+        folded = re.search(r'<details class="fullsentence">(.*?)</details>', html, flags=re.S).group(1)
+        assert sentence in Page(folded).text
+        # with no deciding gate the banner holds the verdict's sentence, cut at a word
+        report.render({**verdict, "sentence": sentence, "decided_by": {"stage": None, "gate": None}}, records, tmp_path)
+        html = (tmp_path / "index.html").read_text()
         head = re.search(r'<p class="sentence">(.*?)</p>', html).group(1)
         assert head.endswith(" …") and len(head) <= SENTENCE_HEAD + 2
         assert sentence.startswith(head.removesuffix(" …"))
@@ -495,11 +507,16 @@ class TestRealH200ProfileStop:
         assert "1.0238x" in text and "4,195.5 GB/s" in text
 
     def test_kernel_bars_and_temporaries(self, stopped: dict) -> None:
-        """A bar chart per row, the hypothesis' kernels tagged; both temporaries found in every row."""
+        """One plot of the best case per row against the bar; the census names the removed kernel in every row;
+        both temporaries found in every row."""
         html = stopped["html"]
+        plot = re.search(r'<svg [^>]*role="img"><title>Best case per row[^<]*</title><desc>(.*?)</desc>', html).group(1)
         for row in ("B8_T1024_H8_D64", "B4_T2048_H16_D128", "B8_T2048_H32_D256", "varlen_D128"):
-            assert f"{row}: device time per call, largest 10 kernels" in html
-        assert html.count("[removed] chunk_rwkv6_bwd_kernel_intra") >= 4
+            assert f"{row}: " in plot
+        assert "bar 1.08" in plot and "bound (geomean): 1.024" in plot
+        census = [cells for cls, cells in stopped["page"].rows if cls == "grid" and len(cells) == 6
+                  and cells[1] == "chunk_rwkv6_bwd_kernel_intra"]
+        assert len(census) == 4 and all(c[2] == "removed" for c in census)
         temps = [cells for cls, cells in stopped["page"].rows if cls == "grid" and len(cells) == 6 and
                  cells[1] in ("dq_fp32", "dk_fp32")]
         assert len(temps) == 8 and all(c[4] == "yes" for c in temps)
@@ -578,8 +595,11 @@ class TestRealH200PairTable:
         """The candidate's autotuning compiled 429 variants: the page names their count and points at the record."""
         variants = paired["records"]["profile_candidate"]["data"]["resources"]["cand"]["variants"]
         assert len(variants) > 100
-        assert f"{len(variants)} entries, " in paired["page"].text
-        assert len(paired["html"]) < 1_000_000
+        section = next(t for a, t in paired["page"].sections.items() if a.endswith("-profile_candidate"))
+        assert f"{len(variants)} variants" not in section  # the classes' summaries count their own variants
+        assert "resources (" in section and "Also in the record" in section
+        assert "constexprs" not in paired["html"]
+        assert len(paired["html"]) < 200_000
 
 
 @pytest.fixture(name="coverage", scope="module")
@@ -701,15 +721,20 @@ class TestHostileStrings:
         assert all(attrs == {} for attrs in page.tags("b"))
 
     def test_hostile_strings_are_text_in_svg(self, hostile: dict) -> None:
-        """Kernel names inside SVG plots are escaped too; every plot parses as XML."""
-        svgs = re.findall(r"<svg .*?</svg>", hostile["html"], flags=re.S)
-        assert svgs
+        """Labels inside the SVG plots are escaped: each plot helper, given the hostile strings, parses as XML
+        with the strings as text; every plot on the page parses too."""
+        made = [svg_interval_plot([(HOSTILE[0], 0.9, 0.85, 0.95), (HOSTILE[1], 1.0, 0.99, 1.01)], band=(0.98, 1.02),
+                                  geomean=(HOSTILE[2], 0.95, 0.9, 1.0), bar=1.08, classes=[HOSTILE[0], None]),
+                svg_series_plot({HOSTILE[0]: [1.0, 2.0, 3.0]}, HOSTILE[1], title=HOSTILE[2]),
+                svg_bar_chart([HOSTILE[0]], {HOSTILE[1]: [1.0]}, HOSTILE[2])]
+        page = re.findall(r"<svg .*?</svg>", hostile["html"], flags=re.S)
         texts = []
-        for svg in svgs:
+        for svg in [*made, *page]:
             root = ET.fromstring(svg)
             texts += ["".join(e.itertext()) for e in root.iter()]
             assert not any(e.tag.endswith(("script", "foreignObject", "image")) for e in root.iter())
-        assert any(HOSTILE[0] in t for t in texts)
+        for s in HOSTILE:
+            assert any(s in x for x in texts), s
 
     def test_hostile_href_stays_inside_its_attribute(self, hostile: dict) -> None:
         """An evidence path with quotes and angle brackets becomes one percent-encoded href."""
@@ -834,48 +859,35 @@ class TestSummary:
 
 class TestGenericData:
     def test_unknown_stage_and_data_render_generically(self, tmp_path: Path) -> None:
-        """A stage the report does not know, with nested and numeric data, renders as tables and plots."""
+        """Data no section knows is named in one line beside the record link, not drawn: no generic plot or table."""
         verdict, records, _ = load("synthetic_cpu_smoke")
         new = copy.deepcopy(records[0])
         new.update(stage="bench", candidate="3f2a9c1e0b7d", status="inconclusive", reasons=["row B1 AMBIGUOUS"])
-        deep: dict = {"leaf": 1}
-        for _ in range(10):
-            deep = {"d": deep}
         new["data"] = {
-            "rows": [
-                {"row": "B1_T64", "ratio": 1.03, "interval": [0.99, 1.07], "class": "AMBIGUOUS"},
-                {"row": "B2_T128", "ratio": 1.12, "interval": [1.09, 1.15], "class": "FAST"},
-            ],
-            "same_band": [0.98, 1.02],
+            "rows": [{"row": "B1_T64", "ratio": 1.03, "interval": [0.99, 1.07], "class": "AMBIGUOUS"}],
             "rounds_ms": {"baseline": [2.0, 2.1, 2.05, 2.2], "candidate": [1.8, 1.85, 1.9, 1.95]},
-            "kernels": [
-                {"name": "k_fwd", "baseline_ms": 0.5, "candidate_ms": 0.4},
-                {"name": "k_bwd", "baseline_ms": 0.9, "candidate_ms": 0.7},
-            ],
             "clocks_mhz": [1980, 1980, 1965, 1950],
-            "mixed": [1, "two", {"three": 3}, None, [4]],
-            "empty": [],
-            "deep": deep,
+            "log_path": "results/synthetic-fusion/cpu/bench/3f2a9c1e0b7d/bench.log",
             "flag": True,
             "nothing": None,
-            "nan": float("nan"),
+            "note": "x" * 200,
         }
         verdict = copy.deepcopy(verdict)
         verdict["stages"] = [s for s in verdict["stages"] if s["stage"] != "bench"]
-        report.render(verdict, [*records, new], tmp_path)
-        html = (tmp_path / "index.html").read_text()
+        out = report_dir(tmp_path, verdict)
+        report.render(verdict, [*records, new], out)
+        html = (out / "index.html").read_text()
         page = Page(html)
         assert page.errors == []
         section = next(t for a, t in page.sections.items() if a.endswith("-bench"))
-        for text in ("row B1 AMBIGUOUS", "same_band", "rounds_ms", "k_fwd", "clocks_mhz", "two", "(empty)", '"leaf": 1'):
-            assert text in section, text
-        titles = re.findall(r'role="img"><title>(.*?)</title>', html)
-        # interval rows with the band, one series plot per arm mapping, one bar chart, one series for clocks
-        assert "bench: rows" in titles
-        assert "bench: rounds_ms" in titles
-        assert "bench: kernels" in titles
-        assert "bench: clocks_mhz" in titles
-        assert "AMBIGUOUS" in html and "FAST" in html
+        assert "row B1 AMBIGUOUS" in section
+        line = re.search(r'<p class="note other">(.*?)</p>', html.split('-bench"')[-1], flags=re.S).group(1)
+        text = Page(line).text
+        for fact in ("rows (1 item)", "rounds_ms (2 keys)", "clocks_mhz (4 items)", "flag true", "nothing —",
+                     "note (text, 200 characters)", "bench.log"):
+            assert fact in " ".join(text.split()), fact
+        assert "../../../results/synthetic-fusion/cpu/bench/3f2a9c1e0b7d/bench.log" in line
+        assert "1980" not in section and "<svg" not in html.split('-bench"')[-1]
 
     def test_scalar_data_and_missing_fields(self, tmp_path: Path) -> None:
         """A record with data that is not a mapping and no provenance still renders."""
@@ -926,7 +938,7 @@ class TestStageRecordShapes:
         assert "../../../results/synthetic-fusion/cpu/candidate_gate/7d41b0e2c9aa/junit.xml" in hrefs
         assert not any(h.startswith("file:") for h in hrefs)
         row = next(cells for cls, cells in page.rows if cls == "gates" and cells[1] == verdict["gates"][-1]["name"])
-        assert row[5] == "candidate_gate/7d41b0e2c9aa/junit.xml"
+        assert row[5] == "junit.xml"
         # outside reports/<campaign>/<gpu>/ the repository root is unknown: a file:// link
         report.render(verdict, records, tmp_path / "elsewhere")
         hrefs = [a["href"] for a in Page((tmp_path / "elsewhere/index.html").read_text()).tags("a")]

@@ -22,9 +22,11 @@ from test_report import CHROMIUM, OUT
 
 pytestmark = pytest.mark.campaign
 CAMPAIGN = "rwkv6-bwd-fusion"
-#: plots the stages' views draw on a CPU run of the default campaign (their titles)
-PLOTS = ("device time per call, largest", "Pair: device time per call of the replaced kernels",
-         "Speedup per row with its interval", "median per round, per arm", "Model: tokens/s ratio per workload")
+#: the one purpose-built plot of each stage that draws one, on a CPU run of the default campaign (their titles):
+#: profile_baseline's best case per row, bench's forest plot, the model's tokens/s per block (profile_candidate's
+#: evidence is its pair table, ncu's its metric table)
+PLOTS = ("Best case per row if the hypothesis' launches and temporaries vanish", "Speedup per row with its interval",
+         "Model: tokens/s per block, per workload and arm")
 
 
 class Plots(HTMLParser):

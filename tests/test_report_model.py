@@ -66,8 +66,10 @@ def test_the_section_shows_settings_distributions_ratios_and_plots(tmp_path: Pat
         assert head in section
     assert section.count("<td>baseline</td>") == 2 and section.count("<td>candidate</td>") == 2
     assert "tokens/s ratio (candidate / baseline): <b>1.05" in section
-    assert "Model: tokens/s ratio per workload" in section
-    assert "Model dense: tokens/s per block" in section and "Model varlen: tokens/s per block" in section
+    # one plot: tokens/s per block, a line per workload and arm
+    assert section.count("<svg ") == 1 and "Model: tokens/s per block, per workload and arm" in section
+    for line in ("dense baseline", "dense candidate", "varlen baseline", "varlen candidate"):
+        assert f"{line}: " in section
     assert "blocks.jsonl" in section
     # the gate rows carry their intervals
     assert "dense_tokens_per_s_gain" in html and "varlen_tokens_per_s_neutral" in html

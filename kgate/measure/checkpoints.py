@@ -30,10 +30,13 @@ def run_key(parts: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def load_checkpoint(path: Path, key: str) -> tuple[list[dict[str, Any]], str | None]:
-    """Rounds recorded under the same run key; a checkpoint of another setup is set aside (renamed)."""
-    if not path.exists():
-        return [], None
+def read_lines(path: Path, hint: str = "") -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+    """A checkpoint's header line and its round (or block) lines, in file order.
+
+    A torn last line (the round being written when the stage was killed) is
+    dropped; any other line that is not a JSON object is a ``KgateError``
+    naming the file and line, followed by ``hint``.
+    """
     lines = path.read_text().splitlines()
     header: dict[str, Any] | None = None
     rounds: list[dict[str, Any]] = []
@@ -43,11 +46,21 @@ def load_checkpoint(path: Path, key: str) -> tuple[list[dict[str, Any]], str | N
         except json.JSONDecodeError:
             if i == len(lines) - 1:
                 break
-            raise KgateError(f"{path}: line {i + 1} is not JSON; remove the file to start the benchmark over") from None
+            raise KgateError(f"{path}: line {i + 1} is not JSON{hint}") from None
+        if not isinstance(item, dict):
+            raise KgateError(f"{path}: line {i + 1} is not a JSON object{hint}")
         if item.get("kind") == "header":
             header = item
         elif item.get("kind") == "round":
             rounds.append(item)
+    return header, rounds
+
+
+def load_checkpoint(path: Path, key: str) -> tuple[list[dict[str, Any]], str | None]:
+    """Rounds recorded under the same run key; a checkpoint of another setup is set aside (renamed)."""
+    if not path.exists():
+        return [], None
+    header, rounds = read_lines(path, "; remove the file to start the benchmark over")
     if header is None or header.get("key") != key:
         stale = path.with_name(f"rounds.stale-{int(time.time())}.jsonl")
         path.rename(stale)

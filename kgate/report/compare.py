@@ -4,6 +4,8 @@ Usage::
 
     python -m kgate compare rwkv6-bwd-fusion                    # every device class with records
     python -m kgate compare rwkv6-bwd-fusion --gpus h200,b300   # these, in this order
+    python -m kgate compare rwkv6-bwd-fusion --candidates A B   # two candidates on one device (compare_runs)
+    python -m kgate compare --records X/record.json Y/record.json  # two records of one campaign and stage
 
     from kgate.report import compare
     comparison = compare.collect(Path("."), "rwkv6-bwd-fusion")
@@ -53,7 +55,7 @@ from typing import Any
 
 from kgate import paths, protocol
 from kgate.device import describe as describe_device
-from kgate.errors import IncompleteData, KgateError
+from kgate.errors import ConfigError, IncompleteData, KgateError
 from kgate.records import first_provenance, read_record, read_verdict
 from kgate.report.format import (
     LABEL_KEYS,
@@ -384,7 +386,7 @@ def _label(row: Mapping[str, Any], index: int) -> str:
 
 
 def _rows_of(record: Mapping[str, Any] | None) -> list[tuple[str, dict[str, Any]]]:
-    """(label, row) for each measured row of a record's ``data.rows``, then its ``data.geomean``."""
+    """(label, row) for each measured row of a record's ``data.rows``, its ``data.geomean``, its ``data.workloads``."""
     data = (record or {}).get("data")
     if not isinstance(data, Mapping):
         return []
@@ -397,6 +399,12 @@ def _rows_of(record: Mapping[str, Any] | None) -> list[tuple[str, dict[str, Any]
     geomean = data.get("geomean")
     if isinstance(geomean, Mapping) and _row_parts(geomean):
         out.append(("geomean", dict(geomean)))
+    # the model stage's workloads (dense, varlen): each its own tokens/s ratio, interval and class
+    workloads = data.get("workloads")
+    if isinstance(workloads, list):
+        for w in workloads:
+            if isinstance(w, Mapping) and isinstance(w.get("workload"), str) and _row_parts(w):
+                out.append((clean(w["workload"]), dict(w)))
     return out
 
 
@@ -462,19 +470,19 @@ def cell_text(cell: Cell, *, note: bool = False) -> str:
     return " ".join(p for p in parts if p)
 
 
-def _fit(text: str, width: int) -> str:
+def fit_text(text: str, width: int) -> str:
     text = " ".join(text.split())
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def _table(header: Sequence[str], body: Sequence[Sequence[str]], width: int) -> list[str]:
+def text_table(header: Sequence[str], body: Sequence[Sequence[str]], width: int) -> list[str]:
     first = min(max([len(header[0]), *(len(r[0]) for r in body)]), 56)
     widths = [first] + [
         min(max([len(header[i]), *(len(r[i]) for r in body)]), width) for i in range(1, len(header))
     ]
     out = []
     for i, row in enumerate([header, *body]):
-        out.append("  ".join(_fit(c, w).ljust(w) for c, w in zip(row, widths)).rstrip())
+        out.append("  ".join(fit_text(c, w).ljust(w) for c, w in zip(row, widths)).rstrip())
         if i == 0:
             out.append("  ".join("-" * w for w in widths))
     return out
@@ -486,7 +494,7 @@ def render_text(comparison: Comparison, *, width: int = TEXT_WIDTH) -> str:
     names = [d.gpu + (" (this report)" if d.current else "") for d in devs]
     lines = [f"kgate compare: {comparison.campaign}, {len(devs)} device class{'es' if len(devs) != 1 else ''}: "
              f"{', '.join(d.gpu for d in devs)}", NOTE, ""]
-    lines += _table(["device class", *names], [
+    lines += text_table(["device class", *names], [
         ["device", *(d.describe() for d in devs)],
         ["verdict", *((d.word or "— (no verdict.json)") for d in devs)],
         ["candidate", *((d.candidate or "—") for d in devs)],
@@ -495,11 +503,11 @@ def render_text(comparison: Comparison, *, width: int = TEXT_WIDTH) -> str:
     ], width)
     if comparison.gates:
         lines.append("")
-        lines += _table(["stage / gate", *names],
+        lines += text_table(["stage / gate", *names],
                         [[f"{g.stage} / {g.name}", *(cell_text(c) for c in g.cells)] for g in comparison.gates], width)
     if comparison.rows:
         lines.append("")
-        lines += _table(["stage / row", *names],
+        lines += text_table(["stage / row", *names],
                         [[f"{r.stage} / {r.name}", *(cell_text(c, note=True) for c in r.cells)]
                          for r in comparison.rows], width + 28)
     notes = []
@@ -517,7 +525,7 @@ def render_text(comparison: Comparison, *, width: int = TEXT_WIDTH) -> str:
             if c.note and c.status not in (None, "pass", "skip", "not_run"):
                 notes.append(f"{d.gpu}: {line.stage} / {line.name}: {c.note}")
     if notes:
-        lines += ["", *(f"- {_fit(n, 240)}" for n in notes)]
+        lines += ["", *(f"- {fit_text(n, 240)}" for n in notes)]
     return "\n".join(lines) + "\n"
 
 
@@ -525,6 +533,10 @@ def render_text(comparison: Comparison, *, width: int = TEXT_WIDTH) -> str:
 
 
 def run_cli(args: argparse.Namespace) -> int:
+    """``python -m kgate compare CAMPAIGN``: device classes side by side (``--candidates`` and ``--records``:
+    ``kgate.report.compare_runs``)."""
+    if not args.campaign:
+        raise ConfigError("compare: name the campaign (python -m kgate compare CAMPAIGN), or give --records X Y")
     gpus = [g.strip() for g in args.gpus.split(",") if g.strip()] if args.gpus else None
     print(render_text(collect(Path(args.root), args.campaign, gpus, candidate=args.candidate)), end="")
     return 0

@@ -6,8 +6,10 @@ error): the verdict and the number that decided it, the gate table, the
 candidate history, then one evidence section per stage. ``stage_view`` says
 what a stage's section shows: the test runs (``data.tests``, or a ``tests``
 list under a key such as ``data.run``), ``data.manifest``, ``data.diff``, the
-stage's own section when ``kgate.report.sections.SECTIONS`` has one, any
-other data through ``kgate.report.generic``, and the provenance. Every
+stage's own section when ``kgate.report.sections.SECTIONS`` has one,
+``data.reruns``, one line naming every other data key (the record, linked, is
+the evidence: no raw JSON is drawn), and the provenance without the device,
+Python, versions and env that the page shows once. Every
 run-derived string is escaped by Jinja's autoescape (and by
 ``markupsafe.escape`` in the SVG helpers); terminal colour codes are dropped
 by ``kgate.report.format.clean``.
@@ -25,8 +27,8 @@ from markupsafe import Markup, escape
 
 from kgate import paths
 from kgate.device import describe as describe_device
-from kgate.report.format import STATUS_LABELS, clean, compact, error_lines, format_value, is_number
-from kgate.report.generic import Context, Node, fold_large, generic_node
+from kgate.report.format import STATUS_LABELS, clean, compact, error_lines, format_value, is_number, truncate
+from kgate.report.generic import NOT_PATH_KEYS, PATH_KEYS, Context, Node, generic_node
 from kgate.report.links import Links
 from kgate.report.page import Model, Stage
 from kgate.report.sections import SECTIONS, VIEW_KEYS
@@ -45,19 +47,27 @@ def render_html(model: Model) -> str:
         lstrip_blocks=True,
     )
     env.filters["short"] = model.links.short
+    first = next((s.record.get("provenance") for s in model.stages
+                  if s.record and isinstance(s.record.get("provenance"), Mapping)), None) or {}
+    common = {k: first.get(k) for k in ("device", "python", "versions", "env") if first.get(k) is not None}
     # stage names may wrap after an underscore in the narrow pipeline boxes
     env.filters["wbr"] = lambda name: Markup("_<wbr>").join(escape(clean(name)).split("_"))
     return env.get_template("report.html.j2").render(
         m=model,
-        sections=[stage_view(s, model.links) for s in model.stages],
+        sections=[stage_view(s, model.links, common) for s in model.stages],
         labels=STATUS_LABELS,
         anchors={s.name: s.anchor for s in model.stages},
         hypothesis=clean(model.verdict["hypothesis"]) if model.verdict.get("hypothesis") else None,
+        device_rows=_provenance_rows(common),
     )
 
 
-def stage_view(stage: Stage, links: Links) -> dict[str, Any]:
-    """What one stage's evidence section shows; the template only lays it out."""
+def stage_view(stage: Stage, links: Links, common: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """What one stage's evidence section shows; the template only lays it out.
+
+    ``common``: provenance values (device, python, versions) that the page shows once; a stage's
+    provenance lists them only where its own differ."""
+    common = common or {}
     record = stage.record or {}
     data = record.get("data")
     view: dict[str, Any] = {
@@ -68,7 +78,9 @@ def stage_view(stage: Stage, links: Links) -> dict[str, Any]:
         "diff": None,
         **dict.fromkeys(VIEW_KEYS),
         "generic": None,
-        "provenance": _provenance_rows(record.get("provenance")) if record else [],
+        "other": [],
+        "reruns": [],
+        "provenance": _provenance_rows(record.get("provenance"), common) if record else [],
         "wall": _wall(record),
     }
     if not isinstance(data, Mapping):
@@ -90,9 +102,36 @@ def stage_view(stage: Stage, links: Links) -> dict[str, Any]:
     section = SECTIONS.get(stage.name)
     if section is not None:
         view[section.key] = section.view(rest, links)
-    if rest:
-        view["generic"] = generic_node(fold_large(rest, stage.record_path), ctx=Context(stage.name, links))
+    reruns = rest.get("reruns")
+    if isinstance(reruns, Mapping) and all(isinstance(v, list) for v in reruns.values()):
+        view["reruns"] = [(clean(k), ", ".join(clean(o) for o in v)) for k, v in rest.pop("reruns").items()]
+    view["other"] = _other(rest, links)
     return view
+
+
+def _other(rest: Mapping[str, Any], links: Links) -> list[tuple[str, str, str | None]]:
+    """(key, text, href) for the data keys no part of the page shows: a path (a key such as ``log`` or
+    ``*_path``) as a link, a short scalar as itself, anything else by its size.
+
+    The record itself (linked in the stage's header) is the evidence; the page names what else it holds
+    instead of drawing it as tables."""
+    out: list[tuple[str, str, str | None]] = []
+    for key, value in rest.items():
+        lowered = str(key).lower()
+        if isinstance(value, str) and value and "\n" not in value and (
+                lowered in PATH_KEYS or (lowered.endswith("_path") and lowered not in NOT_PATH_KEYS)):
+            out.append((clean(key), links.short(value), links.href(value)))
+        elif value is None or isinstance(value, (bool, int, float)) or (isinstance(value, str) and len(value) <= 40):
+            out.append((clean(key), format_value(value), None))
+        elif isinstance(value, str):
+            out.append((clean(key), f"(text, {len(value):,} characters)", None))
+        elif isinstance(value, Mapping):
+            out.append((clean(key), f"({len(value)} key{'' if len(value) == 1 else 's'})", None))
+        elif isinstance(value, list):
+            out.append((clean(key), f"({len(value)} item{'' if len(value) == 1 else 's'})", None))
+        else:
+            out.append((clean(key), truncate(format_value(value), 40), None))
+    return out
 
 
 def _wall(record: Mapping[str, Any]) -> str:
@@ -176,10 +215,12 @@ def _diff_view(diff: Mapping[str, Any], links: Links) -> dict[str, Any]:
     }
 
 
-def _provenance_rows(prov: Any) -> list[tuple[str, str]]:
-    """(label, text) rows; keys this list does not know are appended as they are."""
+def _provenance_rows(prov: Any, common: Mapping[str, Any] | None = None) -> list[tuple[str, str]]:
+    """(label, text) rows; keys this list does not know are appended as they are. A key whose value equals
+    ``common``'s (the page's device block) is left out."""
     if not isinstance(prov, Mapping):
         return []
+    prov = {k: v for k, v in prov.items() if not (common and k in common and common[k] == v)}
     rows: list[tuple[str, str]] = []
     shown = set()
 

@@ -54,6 +54,7 @@ def render(
     *,
     history: list[dict[str, Any]] | None = None,
     devices: Sequence[compare.DeviceRun] | None = None,
+    ledger: Mapping[str, Any] | None = None,
 ) -> list[Path]:
     """Write index.html, summary.md and gates.junit.xml into out_dir and return their paths.
 
@@ -75,6 +76,9 @@ def render(
             shown side by side with this one. Default ``None``: read them from
             ``results/<campaign>/*/`` when out_dir is the repository's
             ``reports/<campaign>/<gpu>/`` folder (nothing otherwise); ``()`` for none.
+        ledger:
+            The campaign's epoch ledger (``kgate.epochs/1``). Default ``None``: read
+            ``results/<campaign>/epochs.json`` when out_dir is the repository's report folder.
 
     Raises:
         FormatVersionError: the verdict or a record carries another schema version.
@@ -84,7 +88,7 @@ def render(
     root = _repo_root(out_dir, verdict)
     model = build_model(verdict, records, history or [], root=root)
     model = replace(model, devices=_devices(verdict, records, root, devices),
-                    epochs=epoch_rows(_ledger(verdict, root), records))
+                    epochs=epoch_rows(ledger if ledger is not None else _ledger(verdict, root), records))
     out_dir.mkdir(parents=True, exist_ok=True)
     outputs = (
         ("index.html", render_html(model)),

@@ -57,6 +57,24 @@ class Gate:
     href: str | None
     decisive: bool
 
+    @property
+    def threshold_head(self) -> str:
+        """The threshold without its parenthesised formula (``>= 1.08 x``); the whole of it when it has none."""
+        return split_formula(self.threshold)[0]
+
+    @property
+    def formula(self) -> str:
+        """The threshold's parenthesised formula, or ""."""
+        return split_formula(self.threshold)[1]
+
+
+def split_formula(text: str) -> tuple[str, str]:
+    """``"a (b (c))"`` -> ``("a", "b (c)")``: a threshold's statement and the formula that follows it in parentheses."""
+    cut = text.find(" (")
+    if cut <= 0 or not text.endswith(")"):
+        return text, ""
+    return text[:cut], text[cut + 2:-1]
+
 
 @dataclass(frozen=True)
 class Stage:
@@ -100,6 +118,8 @@ class Model:
     devices: Any = None
     # the campaign's epochs (kgate.epochs ledger) with the stages of this report that belong to each
     epochs: list[dict[str, Any]] = field(default_factory=list)
+    # one sentence under the verdict word: what decided it (the full sentence and formula fold below)
+    reason: str = ""
 
 
 def build_model(
@@ -201,6 +221,8 @@ def build_model(
         history=_history_rows(history, candidate),
         device_line=_device_line(device, records),
         devices=devices,
+        reason=_reason(decisive, clean(verdict.get("sentence") or ""), bool(verdict.get("forced")),
+                       verdict.get("would_be")),
     )
 
 
@@ -240,6 +262,19 @@ def _headline(
     if not_run:
         others.append(f"{not_run} stage{'s' if not_run > 1 else ''} not run")
     return {"kind": "tally", "big": f"{counts['pass']} of {len(gates)} gates pass", "note": " · ".join(others)}
+
+
+def _reason(decisive: Gate | None, sentence: str, forced: bool, would_be: Any) -> str:
+    """One sentence: the deciding gate and its detail (else its value against the threshold's statement),
+    and for a forced run the would-be verdict; without a deciding gate the verdict's sentence, cut."""
+    if decisive is None:
+        return _head(sentence, SENTENCE_HEAD)
+    what = decisive.detail if decisive.detail and len(decisive.detail) <= 200 and decisive.status != "pass" else (
+        f"{decisive.value}{' ' + decisive.interval if decisive.interval else ''} against {decisive.threshold_head}")
+    text = f"{decisive.stage} / {decisive.name} {STATUS_LABELS.get(decisive.status, decisive.status)}: {what}."
+    if forced and would_be:
+        text += f" Forced on past it, the run would be {clean(would_be)}."
+    return _head(text, SENTENCE_HEAD)
 
 
 def _head(text: str, limit: int) -> str:

@@ -31,6 +31,33 @@ from kgate.report.format import clean, format_number, is_number, truncate
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#8C7A00", "#000000")
 
 
+# advance widths in em of DejaVu Sans (the widest common sans; narrower fonts only leave more room):
+# the label columns are sized from these, so no label is cut by the viewBox
+_NARROW = set("iljI.,:;'|!")
+_SEMI = set("frt ()[]-/")
+_WIDE = set("mwMW%@")
+
+
+def text_width(text: Any, size: float = 12.0, *, bold: bool = False) -> float:
+    """The width in px that ``text`` takes at ``size`` px, estimated from per-character advances (an upper bound
+    for DejaVu Sans, Helvetica, Arial and Roboto, so a column sized from it holds the text)."""
+    em = 0.0
+    for ch in clean(text):
+        if ch in _NARROW:
+            em += 0.34
+        elif ch in _SEMI:
+            em += 0.44
+        elif ch in _WIDE:
+            em += 1.0
+        elif ch.isdigit() or ch.islower() or ch == "_":
+            em += 0.64
+        elif ch.isupper():
+            em += 0.78
+        else:
+            em += 0.86
+    return em * size * (1.08 if bold else 1.0)
+
+
 def _f(x: float) -> str:
     return f"{x:.1f}".rstrip("0").rstrip(".")
 
@@ -52,8 +79,18 @@ def _svg_open(width: int, height: int, title: str, desc: str) -> str:
     return (
         f'<svg class="plot" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" width="{width}" '
         f'height="{height}" role="img"><title>{escape(clean(title))}</title><desc>{escape(clean(desc))}</desc>'
-        + _text(width / 2, 18, title, "pt", anchor="middle", limit=90)
+        + _text(width / 2, 18, _fit(title, width - 16, 14, bold=True), "pt", anchor="middle")
     )
+
+
+def _fit(text: Any, px: float, size: float = 12.0, *, bold: bool = False) -> str:
+    """``text`` cut with an ellipsis so that it takes at most ``px`` at ``size``."""
+    body = clean(text)
+    while body and text_width(body, size, bold=bold) > px:
+        body = truncate(body, max(len(body) - 2, 1))
+        if len(body) <= 2:
+            break
+    return body
 
 
 def nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
@@ -84,9 +121,10 @@ def _padded(values: Iterable[float], pad: float = 0.06) -> tuple[float, float]:
     return lo - span * pad, hi + span * pad
 
 
-def _label_width(labels: Iterable[str]) -> int:
-    longest = max((len(label) for label in labels), default=4)
-    return min(320, max(60, 8 * min(longest, 40) + 16))
+def _label_width(labels: Iterable[str], size: float = 12.0) -> int:
+    """The left column that holds every label (each cut at 40 characters) at ``size`` px, 60 to 360 px."""
+    widest = max((text_width(truncate(clean(label), 40), size) for label in labels), default=30.0)
+    return int(min(360, max(60, widest + 16)))
 
 
 def svg_interval_plot(
@@ -97,22 +135,25 @@ def svg_interval_plot(
     title: str = "Ratio per row with its interval",
     x_label: str = "ratio (baseline time / candidate time)",
     higher_is_better: bool = True,
+    geomean: tuple[str, float, float | None, float | None] | None = None,
+    bar: float | None = None,
+    classes: Sequence[str | None] | None = None,
 ) -> Markup:
     """A forest plot: one row per (label, point, lo, hi), a reference line at ``ref`` and a SAME band.
 
     A row whose interval lies inside the band is SAME, above it FAST (below it
     SLOW) when ``higher_is_better``, and AMBIGUOUS when the interval crosses a
-    band edge. The class is written beside each row, not only coloured.
+    band edge; ``classes`` (one per row, e.g. the record's own classification)
+    replaces that reading where given. The class is written beside each row,
+    not only coloured. ``geomean`` adds a summary row below a rule (a diamond),
+    ``bar`` a solid vertical line labelled with its value. The label and value
+    columns are sized from ``text_width``, so no word is cut by the viewBox.
     """
     rows = [(str(label), float(p), lo, hi) for label, p, lo, hi in rows if is_number(p) and math.isfinite(p)]
-    width, right, top, row_h = 760, 190, 44, 24
-    height = top + max(len(rows), 1) * row_h + 52
-    plot_bottom = top + max(len(rows), 1) * row_h
-    lo_x, hi_x = _padded([ref, *(v for r in rows for v in r[1:] if is_number(v)), *(band or ())])
-    x0, x1 = _label_width(r[0] for r in rows), width - right
-
-    def sx(v: float) -> float:
-        return x0 + (v - lo_x) / (hi_x - lo_x) * (x1 - x0)
+    given = list(classes or [])
+    summary = None
+    if geomean is not None and is_number(geomean[1]) and math.isfinite(geomean[1]):
+        summary = (str(geomean[0]), float(geomean[1]), geomean[2], geomean[3])
 
     def classify(p: float, lo: float | None, hi: float | None) -> str:
         if band is None:
@@ -126,44 +167,81 @@ def svg_interval_plot(
             return "SLOW" if higher_is_better else "FAST"
         return "AMBIGUOUS"
 
+    drawn = [*rows, *([summary] if summary else [])]
+    classes_of = [str(given[i]).upper() if i < len(given) and given[i] else classify(*r[1:]) for i, r in enumerate(rows)]
+    if summary:
+        classes_of.append(classify(*summary[1:]))
+    values = [f"{format_number(p)}" + (f" [{format_number(lo)}, {format_number(hi)}]" if is_number(lo) and is_number(hi)
+                                        else "") for _, p, lo, hi in drawn]
+    row_h, top, plot_w = 24, 58, 440
+    gap = 10 if summary else 0
+    plot_bottom = top + max(len(drawn), 1) * row_h + gap
+    height = plot_bottom + 48
+    x0 = _label_width(r[0] for r in drawn)
+    value_w = max((text_width(v, 12) for v in values), default=0.0)
+    class_w = max((text_width(c, 12, bold=True) for c in classes_of), default=0.0)
+    x1 = x0 + plot_w
+    width = int(x1 + 14 + value_w + 10 + class_w + 12)
+    lo_x, hi_x = _padded([ref, *(v for r in drawn for v in r[1:] if is_number(v)), *(band or ()),
+                          *([bar] if is_number(bar) else [])])
+
+    def sx(v: float) -> float:
+        return x0 + (v - lo_x) / (hi_x - lo_x) * (x1 - x0)
+
     colours = {"SAME": "#57606a", "FAST": "#1a7f37", "SLOW": "#c62828", "AMBIGUOUS": "#b35c00", "": "#0072B2"}
-    values = []
-    for _, p, lo, hi in rows:
-        iv = f" [{format_number(lo)}, {format_number(hi)}]" if is_number(lo) and is_number(hi) else ""
-        cls = classify(p, lo, hi)
-        values.append(f"{format_number(p)}{iv}{' ' + cls if cls else ''}")
     desc = f"{x_label}; reference line at {format_number(ref)}"
     if band:
         desc += f"; SAME band [{format_number(band[0])}, {format_number(band[1])}]"
-    desc += ". " + ("; ".join(f"{r[0]}: {v}" for r, v in zip(rows, values)) if rows else "no rows")
+    if is_number(bar):
+        desc += f"; bar {format_number(bar)}"
+    listed = "; ".join(f"{r[0]}: {v} {c}".rstrip() for r, v, c in zip(drawn, values, classes_of))
+    desc += ". " + (listed or "no rows")
     out = [_svg_open(width, height, title, desc)]
     if band:
         bx0, bx1 = sx(band[0]), sx(band[1])
         out.append(f'<rect x="{_f(bx0)}" y="{top}" width="{_f(bx1 - bx0)}" height="{plot_bottom - top}" fill="#e8ecef"/>')
-        out.append(_text((bx0 + bx1) / 2, top - 4, "SAME band", anchor="middle"))
-    for t in nice_ticks(lo_x, hi_x, 6):
-        out.append(_line(sx(t), top, sx(t), plot_bottom))
-        out.append(_text(sx(t), plot_bottom + 16, format_number(t), anchor="middle"))
+        out.append(_text((bx0 + bx1) / 2, top - 5, "SAME band", "ps", anchor="middle"))
+    for tick in nice_ticks(lo_x, hi_x, 6):
+        out.append(_line(sx(tick), top, sx(tick), plot_bottom))
+        out.append(_text(sx(tick), plot_bottom + 16, format_number(tick), anchor="middle"))
     out.append(_line(sx(ref), top - 2, sx(ref), plot_bottom, 'stroke="#24292f" stroke-dasharray="4 3"'))
-    for i, ((label, p, lo, hi), value) in enumerate(zip(rows, values)):
-        y = top + i * row_h + row_h / 2
-        colour = colours[classify(p, lo, hi)]
-        stroke = f'stroke="{colour}" stroke-width="2"'
-        out.append(f"<g><title>{escape(clean(f'{label}: {value}'))}</title>")
-        out.append(_text(x0 - 8, y + 4, label, anchor="end", limit=40))
+    if is_number(bar) and math.isfinite(bar):
+        out.append(_line(sx(bar), top - 18, sx(bar), plot_bottom, 'stroke="#1a7f37" stroke-width="2"'))
+        label = f"bar {format_number(bar)}"
+        anchor = "end" if sx(bar) + text_width(label) / 2 > x1 else "middle"
+        out.append(_text(sx(bar), top - 22, label, "ps", anchor=anchor, fill="#1a7f37"))
+    if summary:
+        ys = top + len(rows) * row_h + gap / 2
+        out.append(_line(x0 - 8 - min(x0 - 16, text_width(summary[0])), ys, width - 4, ys, 'stroke="#8c959f"'))
+    for i, ((label, p, lo, hi), value, cls) in enumerate(zip(drawn, values, classes_of)):
+        last = summary is not None and i == len(drawn) - 1
+        y = top + i * row_h + row_h / 2 + (gap if last else 0)
+        colour = colours.get(cls, colours[""])
+        stroke = f'stroke="{colour}" stroke-width="{3 if last else 2}"'
+        out.append("<g>")
+        out.append(_text(x0 - 8, y + 4, _fit(truncate(clean(label), 40), x0 - 12), "pl pb" if last else "pl",
+                         anchor="end"))
         if is_number(lo) and is_number(hi):
             out.append(_line(sx(lo), y, sx(hi), y, stroke))
             out += [_line(e, y - 5, e, y + 5, stroke) for e in (sx(lo), sx(hi))]
-        out.append(f'<circle cx="{_f(sx(p))}" cy="{_f(y)}" r="4.5" fill="{colour}"/>')
-        out.append(_text(x1 + 10, y + 4, value, fill=colour, limit=30) + "</g>")
-    if not rows:
+        if last:
+            cx = sx(p)
+            diamond = f"{_f(cx - 7)},{_f(y)} {_f(cx)},{_f(y - 7)} {_f(cx + 7)},{_f(y)} {_f(cx)},{_f(y + 7)}"
+            out.append(f'<polygon points="{diamond}" fill="{colour}"/>')
+        else:
+            out.append(f'<circle cx="{_f(sx(p))}" cy="{_f(y)}" r="4.5" fill="{colour}"/>')
+        out.append(_text(x1 + 14, y + 4, value, fill=colour))
+        if cls:
+            out.append(_text(x1 + 14 + value_w + 10, y + 4, cls, "pl pb", fill=colour))
+        out.append("</g>")
+    if not drawn:
         out.append(_text((x0 + x1) / 2, top + 16, "no rows", anchor="middle"))
-    out.append(_text((x0 + x1) / 2, height - 8, x_label, "pa", anchor="middle"))
+    out.append(_text((x0 + x1) / 2, height - 8, _fit(x_label, width - 16, 12.5), "pa", anchor="middle"))
     out.append("</svg>")
     return Markup("".join(out))
 
 
-def _drift(values: Sequence[float]) -> float | None:
+def drift(values: Sequence[float]) -> float | None:
     """Least-squares slope per round relative to the median, or None for < 3 points."""
     pts = [(i, v) for i, v in enumerate(values) if math.isfinite(v)]
     if len(pts) < 3:
@@ -190,9 +268,19 @@ def svg_series_plot(
     per round, relative to the median).
     """
     arms = {str(k): [float(v) if is_number(v) else math.nan for v in vals] for k, vals in series.items()}
-    width, height, left, right, top, bottom = 760, 300, 70, 200, 34, 46
     n = max((len(v) for v in arms.values()), default=0)
     lo_y, hi_y = _padded(v for vals in arms.values() for v in vals)
+    stats = []
+    for vals in arms.values():
+        finite = [v for v in vals if math.isfinite(v)]
+        stats.append((statistics.median(finite) if finite else math.nan, drift(vals)))
+    legend = [w for (name, _), (med, d) in zip(arms.items(), stats)
+              for w in (text_width(truncate(clean(name), 24)), text_width(f"median {format_number(med)}", 11),
+                        text_width(f"drift {d:+.2%} per {truncate(x_label, 12)}", 11) if d is not None else 0.0)]
+    ticks = nice_ticks(lo_y, hi_y, 5)
+    left = int(max((text_width(format_number(tk)) for tk in ticks), default=30.0) + 34)
+    right = int(max(legend, default=60.0) + 44)
+    width, height, top, bottom = max(560, left + 460 + right), max(300, 60 + len(arms) * 46), 34, 46
     x0, x1, y0, y1 = left, width - right, height - bottom, top
 
     def sx(i: int) -> float:
@@ -201,23 +289,19 @@ def svg_series_plot(
     def sy(v: float) -> float:
         return y0 - (v - lo_y) / (hi_y - lo_y) * (y0 - y1)
 
-    stats = []
-    for vals in arms.values():
-        finite = [v for v in vals if math.isfinite(v)]
-        stats.append((statistics.median(finite) if finite else math.nan, _drift(vals)))
     desc = f"{y_label} by {x_label}. " + "; ".join(
         f"{name}: {', '.join(format_number(v) for v in vals[:50])}{' …' if len(vals) > 50 else ''}"
         f" (median {format_number(med)}{f', drift {d:+.2%} per {x_label}' if d is not None else ''})"
         for (name, vals), (med, d) in zip(arms.items(), stats)
     )
     out = [_svg_open(width, height, title, desc)]
-    for t in nice_ticks(lo_y, hi_y, 5):
-        out.append(_line(x0, sy(t), x1, sy(t)))
-        out.append(_text(x0 - 6, sy(t) + 4, format_number(t), anchor="end"))
+    for tk in ticks:
+        out.append(_line(x0, sy(tk), x1, sy(tk)))
+        out.append(_text(x0 - 6, sy(tk) + 4, format_number(tk), anchor="end"))
     for i in range(0, n, max(1, math.ceil(n / 12))):
         out.append(_text(sx(i), y0 + 16, i + 1, anchor="middle"))
     out.append(_line(x0, y0, x1, y0, 'stroke="#57606a"'))
-    for k, ((name, vals), (med, drift)) in enumerate(zip(arms.items(), stats)):
+    for k, ((name, vals), (med, slope)) in enumerate(zip(arms.items(), stats)):
         colour = PALETTE[k % len(PALETTE)]
         pts = [(sx(i), sy(v)) for i, v in enumerate(vals) if math.isfinite(v)]
         if len(pts) > 1:
@@ -233,8 +317,8 @@ def svg_series_plot(
         out.append(f'<rect x="{x1 + 14}" y="{ly - 8}" width="10" height="10" fill="{colour}"/>')
         out.append(_text(x1 + 30, ly + 1, name, limit=24))
         out.append(_text(x1 + 30, ly + 15, f"median {format_number(med)}", "ps"))
-        if drift is not None:
-            out.append(_text(x1 + 30, ly + 29, f"drift {drift:+.2%} per {truncate(x_label, 12)}", "ps"))
+        if slope is not None:
+            out.append(_text(x1 + 30, ly + 29, f"drift {slope:+.2%} per {truncate(x_label, 12)}", "ps"))
     if n == 0:
         out.append(_text((x0 + x1) / 2, (y0 + y1) / 2, "no values", anchor="middle"))
     out.append(_text((x0 + x1) / 2, height - 8, x_label, "pa", anchor="middle"))
@@ -259,7 +343,8 @@ def svg_bar_chart(
     names = list(values)
     bar_h, gap = 14, 10
     group_h = bar_h * max(len(names), 1) + gap
-    width, right, top = 760, 90, 34 + (20 if len(names) > 1 else 0)
+    widest = max((text_width(format_number(v), 11) for vals in values.values() for v in vals), default=30.0)
+    width, right, top = 760, int(max(widest, 24.0) + 16), 34 + (20 if len(names) > 1 else 0)
     plot_bottom = top + max(len(labels), 1) * group_h
     height = plot_bottom + 44
     x0, x1 = _label_width(labels), width - right
@@ -281,14 +366,14 @@ def svg_bar_chart(
     if len(names) > 1:
         for k, name in enumerate(names):
             out.append(f'<rect x="{x0 + k * 150}" y="{top - 22}" width="10" height="10" fill="{PALETTE[k % len(PALETTE)]}"/>')
-            out.append(_text(x0 + k * 150 + 14, top - 13, name, limit=18))
+            out.append(_text(x0 + k * 150 + 14, top - 13, _fit(name, 132), limit=0))
     for t in ticks:
         out.append(_line(sx(t), top, sx(t), plot_bottom))
         out.append(_text(sx(t), plot_bottom + 16, format_number(t), anchor="middle"))
     for i, label in enumerate(labels):
         gy = top + i * group_h
         out.append(f"<g><title>{escape(clean(label))}</title>")
-        out.append(_text(x0 - 8, gy + group_h / 2, label, anchor="end", limit=40))
+        out.append(_text(x0 - 8, gy + group_h / 2, _fit(truncate(clean(label), 40), x0 - 12), anchor="end"))
         for k, name in enumerate(names):
             v, y = value(name, i), gy + k * bar_h
             if math.isfinite(v):

@@ -16,9 +16,9 @@ module the target has itself always comes from the worktree.
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import tarfile
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,9 @@ def unpack(archive: Path, sha256: str, root: Path = paths.PACKAGE_CACHE) -> Path
     dest = root / sha256[:16]
     if not dest.is_dir():
         root.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=root, prefix=".unpack-"))
+        # mkdir, not mkdtemp (0700): the unpacked tree gets the user's umask like every file kgate writes
+        tmp = root / f".unpack-{secrets.token_hex(8)}"
+        tmp.mkdir()
         try:
             with tarfile.open(archive) as tf:
                 tf.extractall(tmp, filter="data")

@@ -31,13 +31,13 @@ import hashlib
 import json
 import os
 import runpy
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from kgate.errors import KgateError
+from kgate.records import atomic_write_text
 from kgate.testrun import interp
 
 RECORD_SCHEMA = "kgate.interp/1"
@@ -97,13 +97,5 @@ def _run_setup(path_text: str) -> dict[str, Any]:
 
 
 def _write_json(path: Path, payload: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as handle:
-            json.dump(payload, handle, indent=2, sort_keys=True)
-            handle.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """The provenance file, written like every kgate record (the user's umask, fsynced, atomic)."""
+    atomic_write_text(path, json.dumps(payload, indent=2, sort_keys=True) + "\n")

@@ -7,12 +7,22 @@ from kgate.measure.rows import inputs_fingerprint
 from kgate.protocol import gated_walk
 from kgate.source import overlay
 from kgate.stages import model as model_stage
-from kgate.workflow import resolve, status
+from kgate.workflow import open_epoch, resolve, status
 
+# The DAG build only reads (a changed contract after a freeze is refused here); dry runs and --lint write nothing.
 try:
     RUN = resolve(config)
 except KgateError as exc:
     sys.exit(f"kgate: error: {exc}")
+
+
+# The epoch ledger is written when jobs are about to run: Snakemake calls onstart in the main process, before the
+# first job, never for -n, --lint or a DAG with nothing to do, nor inside jobs (kgate.workflow.open_epoch).
+onstart:
+    try:
+        open_epoch(RUN)
+    except KgateError as exc:
+        sys.exit(f"kgate: error: {exc}")
 
 C = RUN.name
 G = RUN.gpu

@@ -3,12 +3,12 @@
 Method: a stage whose name is in ``SECTIONS`` gets its own section on the page:
 ``Section.view(data, links)`` turns the record's ``data`` (the caller's copy)
 into the text cells and plots its template lays out, takes out of ``data``
-what it shows (the generic renderer, ``kgate.report.generic``, shows the
-rest), and returns None when the data is not of its shape (e.g. a stage that
-could not measure); the view lands in the stage's view under ``Section.key``,
+what it shows (the page names the rest in one line beside the record
+link), and returns None when the data is not of its shape (e.g. a stage
+that could not measure); the view lands in the stage's view under ``Section.key``,
 which the page template (``templates/report.html.j2``) includes on. A section
 with ``summary_cells`` also puts a table into summary.md, under
-``summary_title``. Any other stage is drawn by the generic renderer alone.
+``summary_title``. Any other stage shows its tests, diff, manifest and that line.
 
 The sections import only the leaves of the report layer (``kgate.report.format``,
 ``kgate.report.links``, ``kgate.report.svg``).

@@ -1,17 +1,19 @@
-"""The report's view of a bench record: the per-row table, the ratio plot, per-round drift, autotune picks.
+"""The report's view of a bench record: the deciding numbers, one forest plot, the per-row table folded.
 
-Method: ``view(data, links)`` turns the record's ``data`` (kgate.stages.bench) into text
-cells and plots. The table has one row per benchmarked row and arm: median,
-mean, std, min, p10, p20, p80, p90 and n of every timed call (ms), then the
-row's speedup (baseline median / candidate median, per round, combined over
-rounds) with its interval, classification, class and path (optimized,
-fallback or control), and peak memory per arm. The forest plot shows every
-row's speedup and interval against the campaign's resolution band; one
-series plot per row shows the per-round medians of both arms, so drift over
-rounds is visible. Rows where an unchanged kernel picked a different autotune
-config in the two arms are listed. The template escapes every string; the
-keys shown here are taken out of the data, so the generic renderer shows the
-rest.
+Method: ``view(data, links)`` turns the record's ``data`` (kgate.stages.bench) into
+text cells and one plot. Shown first: rounds, samples per round, the timer,
+the gated geomean speedup with its interval and the bar. The forest plot has
+every row's speedup (baseline median / candidate median, per round, combined
+over rounds) with its interval and the record's own classification, the
+geomean row below a rule, the bar as a line and the SAME band (1 ± the
+controller's resolution). Folded below: one row per benchmarked row and arm
+with median, mean, std, min, p10, p20, p80, p90 and n of every timed call
+(ms), the drift of the per-round medians (least-squares slope per round
+relative to the median; the medians themselves stay in the record), class
+and path, and peak memory per arm. Rows where an unchanged kernel picked a
+different autotune config in the two arms are listed. The template escapes
+every string; the keys shown here are taken out of the data, and the page
+names the rest.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from markupsafe import Markup
 
 from kgate.report.format import as_float, clean, mb, times
 from kgate.report.links import Links
-from kgate.report.svg import svg_interval_plot, svg_series_plot
+from kgate.report.svg import drift, svg_interval_plot
 
 STATS = ("median_ms", "mean_ms", "std_ms", "min_ms", "p10_ms", "p20_ms", "p80_ms", "p90_ms")
 
@@ -52,7 +54,7 @@ def view(data: dict[str, Any], links: Links) -> dict[str, Any] | None:
     if not isinstance(rows, list) or not rows or not all(isinstance(r, Mapping) and "summary" in r for r in rows):
         return None
     data.pop("rows")
-    table, series, forest, picks = [], [], [], []
+    table, forest, classes, picks = [], [], [], []
     for r in rows:
         summary = r.get("summary") or {}
         peaks = r.get("peak_bytes") or {}
@@ -63,23 +65,24 @@ def view(data: dict[str, Any], links: Links) -> dict[str, Any] | None:
                           "speedup": (f"{times(r.get('speedup'))} {_interval(r.get('interval'))}" if arm == "base" else ""),
                           "classification": clean(r.get("classification")) if arm == "base" else "",
                           "where": (f"{clean(r.get('class'))} · {clean(r.get('path'))}" if arm == "base" else ""),
+                          "drift": _drift_text((r.get("round_medians_ms") or {}).get(arm)),
                           "peak": mb(peaks.get(arm)), "first": arm == "base"})
         iv = r.get("interval") if isinstance(r.get("interval"), list) else [None, None]
         if as_float(r.get("speedup")) is not None:
             forest.append((f"{_label(r)} ({r.get('path')})", float(r["speedup"]),
                            as_float(iv[0]) if len(iv) == 2 else None, as_float(iv[1]) if len(iv) == 2 else None))
-        medians = r.get("round_medians_ms") or {}
-        if all(isinstance(medians.get(a), list) and len(medians[a]) >= 2 for a in ("base", "cand")):
-            series.append(svg_series_plot({"baseline": medians["base"], "candidate": medians["cand"]}, "ms",
-                                          title=f"{_label(r)}: median per round, per arm"))
+            classes.append(clean(r.get("classification")) if r.get("classification") else None)
         for d in r.get("autotune_diff") or []:
             picks.append({"row": clean(_label(r)), "what": clean(d)})
     resolution = as_float((data.get("controller") or {}).get("resolution"))
+    est = data.get("geomean") if isinstance(data.get("geomean"), Mapping) else {}
     plots: list[Markup] = []
     if forest:
         band = (1 - resolution, 1 + resolution) if resolution else None
-        plots.append(svg_interval_plot(forest, band=band, title="Speedup per row with its interval"))
-    est = data.get("geomean") if isinstance(data.get("geomean"), Mapping) else {}
+        geo = (("geomean (gated rows)", float(est["speedup"]), as_float(est.get("lower")), as_float(est.get("upper")))
+               if as_float(est.get("speedup")) is not None else None)
+        plots.append(svg_interval_plot(forest, band=band, title="Speedup per row with its interval",
+                                       geomean=geo, bar=as_float(data.get("bar")), classes=classes))
     facts = [("rounds", f"{clean(data.get('rounds'))} (resumed from round {clean(data.get('resumed_from_round'))})"
               if data.get("resumed_from_round") else clean(data.get("rounds"))),
              ("samples per round", clean(data.get("samples_per_round"))),
@@ -88,7 +91,14 @@ def view(data: dict[str, Any], links: Links) -> dict[str, Any] | None:
               if est else "—"),
              ("bar", times(data.get("bar")))]
     return {"facts": facts, "stats": [k.removesuffix("_ms") for k in STATS], "rows": table, "plots": plots,
-            "series": series, "picks": picks}
+            "picks": picks}
+
+
+def _drift_text(medians: Any) -> str:
+    """The per-round medians' drift (slope per round relative to the median) as a signed percentage."""
+    values = [float(v) for v in medians if as_float(v) is not None] if isinstance(medians, list) else []
+    d = drift(values)
+    return "—" if d is None else f"{d:+.2%}"
 
 
 def _timer(timer: Any, rows: list[Any]) -> str:

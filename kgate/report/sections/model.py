@@ -7,10 +7,9 @@ helpers, which escape every label. Shown: the model and its settings (the
 requested and the used layer count, a reduction and its cause), each
 workload's per-arm tokens/s distribution (median, mean, std, min, p10, p20,
 p80, p90, n of the blocks) and peak memory, the candidate/baseline ratio
-with its interval and the gate's bar, a forest plot of the ratios and one
-line plot of tokens/s per block and arm per workload. The parts shown here
-are taken out of the data (the caller's copy); the generic renderer shows
-the rest.
+with its interval and the gate's bar, and one line plot of tokens/s per
+block, one line per workload and arm. The parts shown here are taken out of
+the data (the caller's copy); the page names the rest.
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ from markupsafe import Markup
 
 from kgate.report.format import clean, format_number
 from kgate.report.links import Links
-from kgate.report.svg import svg_interval_plot, svg_series_plot
+from kgate.report.svg import svg_series_plot
 
 ARMS = (("base", "baseline"), ("cand", "candidate"))
 STATS = ("median", "mean", "std", "min", "p10", "p20", "p80", "p90")
@@ -104,21 +103,13 @@ def _workload_view(w: Mapping[str, Any]) -> dict[str, Any]:
             "blocks": clean(w.get("blocks"))}
 
 
-def _plots(workloads: list[Mapping[str, Any]], resolution: Any) -> list[Markup]:
-    plots = []
-    rows = [(clean(w.get("workload")), w["ratio"], w["interval"][0], w["interval"][1]) for w in workloads
-            if isinstance(w.get("ratio"), (int, float)) and isinstance(w.get("interval"), list)]
-    if rows:
-        band = ((1 / (1 + resolution), 1 + resolution) if isinstance(resolution, (int, float)) and resolution > 0
-                else None)
-        plots.append(svg_interval_plot(rows, band=band, title="Model: tokens/s ratio per workload",
-                                       x_label="tokens/s ratio (candidate / baseline)"))
-    for w in workloads:
-        series = {label: (w.get("block_tokens_per_s") or {}).get(key) or [] for key, label in ARMS}
-        if any(len(v) >= 2 for v in series.values()):
-            plots.append(svg_series_plot(series, "tokens/s", title=f"Model {clean(w.get('workload'))}: tokens/s per block",
-                                         x_label="block"))
-    return plots
+def _plots(workloads: list[Mapping[str, Any]]) -> list[Markup]:
+    """One plot: tokens/s per block, one line per workload and arm (the ratios are in the table above it)."""
+    series = {f"{clean(w.get('workload'))} {label}": (w.get("block_tokens_per_s") or {}).get(key) or []
+              for w in workloads for key, label in ARMS}
+    if not any(len(v) >= 2 for v in series.values()):
+        return []
+    return [svg_series_plot(series, "tokens/s", title="Model: tokens/s per block, per workload and arm", x_label="block")]
 
 
 def view(data: dict[str, Any], links: Links) -> dict[str, Any] | None:
@@ -130,12 +121,11 @@ def view(data: dict[str, Any], links: Links) -> dict[str, Any] | None:
         return None
     workloads = [w for w in data.pop("workloads", None) or [] if isinstance(w, Mapping)]
     facts = _facts(data, workloads)
-    resolution = (data.get("thresholds") or {}).get("resolution")
     for key in ("model", "layers", "schedule", "thresholds", "note"):
         data.pop(key, None)
     checkpoint = data.get("checkpoint")
     return {"measured": bool(data.get("measured")), "facts": facts,
             "workloads": [_workload_view(w) for w in workloads], "stats": list(STATS),
-            "plots": _plots(workloads, resolution),
+            "plots": _plots(workloads),
             "checkpoint": links.short(checkpoint) if checkpoint else None,
             "checkpoint_href": links.href(checkpoint) if checkpoint else None}

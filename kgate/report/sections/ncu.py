@@ -6,7 +6,7 @@ autoescape, so every string from the run (kernel names, commands, paths,
 stall reasons) is escaped. Numbers are shown in the unit their key names
 (``_ns`` as µs, ``_bytes`` as MB, ``_pct`` as %); ``unavailable`` stays the
 word. The parts the view does not show (``rows``, ``commands_planned``) are
-taken out of the data, so the generic renderer shows the rest.
+taken out of the data; the page names the rest.
 """
 
 from __future__ import annotations
@@ -104,6 +104,31 @@ def _row_view(entry: Mapping[str, Any], links: Links) -> dict[str, Any]:
             "kernels": kernels, "kernel_columns": [label for _, label in KERNEL_COLUMNS], "profiles": profiles}
 
 
+def _matrix(views: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The comparison of every profiled row in one table: per metric (in ORDER, then the rest, each once) and
+    row the baseline side, the candidate and their ratio; then the tensor operations per precision."""
+    names: list[str] = []
+    for v in views:
+        names += [m["metric"] for m in v["metrics"] if m["metric"] not in names]
+    out = []
+    for name in names:
+        cells = []
+        for v in views:
+            m = next((m for m in v["metrics"] if m["metric"] == name), None)
+            cells.append((m["baseline"], m["candidate"], m["ratio"]) if m else ("—", "—", ""))
+        out.append({"metric": name, "cells": cells})
+    precisions: list[str] = []
+    for v in views:
+        precisions += [p for p, _, _ in v["tensor"] if p not in precisions]
+    for prec in precisions:
+        cells = []
+        for v in views:
+            t = next((t for t in v["tensor"] if t[0] == prec), None)
+            cells.append((t[1], t[2], "") if t else ("—", "—", ""))
+        out.append({"metric": f"tensor ops {prec}", "cells": cells})
+    return out
+
+
 def view(data: dict[str, Any], links: Links) -> dict[str, Any]:
     """The ncu section's view; takes ``rows`` and ``commands_planned`` out of ``data`` (the caller's copy)."""
     rows = data.pop("rows", None) or []
@@ -117,6 +142,7 @@ def view(data: dict[str, Any], links: Links) -> dict[str, Any]:
         ("kernel census", (data.get("census") or {}).get("source"))) if value]
     commands = [shlex.join(str(c) for c in cmd) for arms in planned.values() for passes in arms.values()
                 for cmd in passes.values()]
+    views = [_row_view(e, links) for e in rows if isinstance(e, Mapping)]
     return {"available": bool(data.get("available")), "reason": clean(data.get("reason") or ""), "facts": facts,
-            "rows": [_row_view(e, links) for e in rows if isinstance(e, Mapping)],
+            "rows": views, "matrix": _matrix(views),
             "planned": [clean(c) for c in commands] if not data.get("available") else []}

@@ -5,15 +5,19 @@ into text cells and plots: one row per profiled row with every term of the
 bound (endpoint, removed launches x launch cost, removed bytes / bandwidth,
 best case, and the share of the removed kernels' own device time), the
 temporaries the campaign names and where they were found among the
-allocations, and per row a bar chart of the kernels' device time per call
-(the unfiltered census, flush kernels excluded). ``candidate_view(data, links)`` does
+allocations, one plot of every row's best case against the bar with the
+bound (their geomean), and, folded, per row a bar chart of the kernels'
+device time per call (the unfiltered census, flush kernels excluded) and the
+formula. ``candidate_view(data, links)`` does
 the same for profile_candidate: per row the baseline's replaced kernels
 against the candidate's replacement, the pair speedup, the implied endpoint
 speedup, the peak memory of both arms with the reduction against the expected
-temporaries, and the compile resources per enabled class. The template lays
-the cells out with autoescape on; every string from a run is escaped. The
-keys shown here are taken out of the data, so the generic renderer shows the
-rest.
+temporaries (the pair table, no plot), and the compile resources per
+enabled class summarised per kernel (variant count, register, spill, shared
+memory, warp and occupancy ranges; each variant's compile metadata stays in
+the record). The template lays the cells out with autoescape on; every
+string from a run is escaped. The keys shown here are taken out of the data;
+the page names the rest.
 """
 
 from __future__ import annotations
@@ -21,14 +25,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from markupsafe import Markup
-
 from kgate.report.format import as_float, clean, format_number, mb, ms, times, us
 from kgate.report.links import Links
-from kgate.report.svg import svg_bar_chart
+from kgate.report.svg import svg_interval_plot
 
 #: kernels per bar chart: the largest by device time; the census table lists every one
 TOP_KERNELS = 10
+#: kernels per row in the page's census table (by device time); the record lists every one
+CENSUS_SHOWN = 5
 
 
 def _spread(endpoint: Any) -> str:
@@ -50,19 +54,6 @@ def _kernel_rows(kernels: Any) -> list[dict[str, str]]:
              "device": us(k.get("device_us_per_call")), "share": (f"{k['share']:.1%}" if as_float(k.get("share")) is not None
                                                                    else "—")}
             for k in kernels if isinstance(k, Mapping)]
-
-
-def kernel_plot(row: str, kernels: Any, title: str = "") -> Markup | None:
-    """Bars of the largest kernels' device time per call; the hypothesis' kernels are tagged in their label."""
-    if not isinstance(kernels, list):
-        return None
-    ks = sorted((k for k in kernels if isinstance(k, Mapping) and as_float(k.get("device_us_per_call")) is not None),
-                key=lambda k: -float(k["device_us_per_call"]))[:TOP_KERNELS]
-    if not ks:
-        return None
-    labels = [(f"[{_role(k)}] " if _role(k) else "") + str(k.get("kernel")) for k in ks]
-    return svg_bar_chart(labels, {"device time per call": [float(k["device_us_per_call"]) for k in ks]}, "us",
-                         title=title or f"{row}: device time per call, largest {len(ks)} kernels")
 
 
 def baseline_view(data: dict[str, Any], links: Links) -> dict[str, Any] | None:
@@ -96,13 +87,18 @@ def baseline_view(data: dict[str, Any], links: Links) -> dict[str, Any] | None:
                 temps.append({"row": clean(r.get("row")), "name": clean(t.get("name")), "bytes": mb(t.get("bytes")),
                               "accesses": clean(t.get("accesses")), "found": "yes" if t.get("found") else "NO",
                               "allocs": format_number(t.get("allocations_per_call_of_this_size"))})
-        plot = kernel_plot(str(r.get("row")), r.get("kernels"))
-        if plot is not None:
-            plots.append(plot)
-        census.append({"row": clean(r.get("row")), "kernels": _kernel_rows(r.get("kernels"))})
+        ks = r.get("kernels") if isinstance(r.get("kernels"), list) else []
+        top = sorted((k for k in ks if isinstance(k, Mapping)), key=lambda k: -(as_float(k.get("device_us_per_call")) or 0.0))
+        census.append({"row": clean(r.get("row")), "kernels": _kernel_rows(top[:CENSUS_SHOWN]), "total": len(ks)})
     launch, bw = data.pop("launch_cost", None), data.pop("bandwidth", None)
-    facts = [("formula", clean(data.pop("formula", "—"))),
-             ("bound (geomean of rows)", times(data.pop("bound_geomean", None))),
+    bound, bar = as_float(data.get("bound_geomean")), as_float(data.get("bar"))
+    best = [(str(r.get("row")), float(x), None, None) for r in rows
+            if (x := as_float((r.get("bound") or {}).get("best_case_speedup"))) is not None]
+    bound_plot = (svg_interval_plot(best, title="Best case per row if the hypothesis' launches and temporaries vanish",
+                                    x_label="best-case endpoint speedup", geomean=("bound (geomean)", bound, None, None)
+                                    if bound is not None else None, bar=bar) if best else None)
+    formula = clean(data.pop("formula", ""))
+    facts = [("bound (geomean of rows)", times(data.pop("bound_geomean", None))),
              ("bar", times(data.get("bar")))]
     if isinstance(launch, Mapping):
         facts.append(("launch cost", f"{us(launch.get('per_launch_us'))} ({clean(launch.get('method'))})"))
@@ -110,7 +106,8 @@ def baseline_view(data: dict[str, Any], links: Links) -> dict[str, Any] | None:
         gbs = as_float(bw.get("bytes_per_s"))
         facts.append(("bandwidth", f"{gbs / 1e9:,.1f} GB/s ({clean(bw.get('method'))})" if gbs else "—"))
     facts += _host_facts(data.pop("host_load", None))
-    return {"facts": facts, "rows": table, "temporaries": temps, "plots": plots, "census": census}
+    return {"facts": facts, "rows": table, "temporaries": temps, "plots": plots, "census": census,
+            "bound_plot": bound_plot, "formula": formula}
 
 
 def _host_facts(host: Any) -> list[tuple[str, str]]:
@@ -138,20 +135,28 @@ def _resources(classes: Any) -> list[dict[str, str]]:
 
 
 def _variants(variants: Any) -> str:
-    """Each compiled variant: kernel, registers, spills, shared memory, warps, estimated occupancy."""
+    """The compiled variants summarised per kernel: count, register range, most spills, shared memory range,
+    warps and estimated occupancy range (each variant's constexprs and metadata stay in the record)."""
     if not isinstance(variants, list) or not variants:
         return "—"
-    parts = []
+    by_kernel: dict[str, list[Mapping[str, Any]]] = {}
     for v in variants:
-        if not isinstance(v, Mapping):
-            continue
-        occ = (v.get("occupancy") or {}).get("fraction") if isinstance(v.get("occupancy"), Mapping) else None
-        bits = [clean(v.get("kernel", "")),
-                f"{clean(v.get('n_regs'))} regs", f"{clean(v.get('n_spills'))} spills",
-                f"{clean(v.get('shared_bytes'))} B shared", f"{clean(v.get('num_warps'))} warps",
-                f"occupancy {occ:.0%}" if as_float(occ) is not None else "occupancy —"]
-        parts.append(" · ".join(bits))
-    return "; ".join(sorted(set(parts))) or "—"
+        if isinstance(v, Mapping):
+            by_kernel.setdefault(clean(v.get("kernel", "")), []).append(v)
+
+    def span(vs: list[Mapping[str, Any]], key: str, fmt: str = "{:g}") -> str:
+        got = sorted({float(x) for v in vs if (x := as_float(v.get(key))) is not None})
+        if not got:
+            return "—"
+        return fmt.format(got[0]) if len(got) == 1 else f"{fmt.format(got[0])}–{fmt.format(got[-1])}"
+
+    parts = []
+    for kernel, vs in sorted(by_kernel.items()):
+        occ = [{"o": (v.get("occupancy") or {}).get("fraction")} for v in vs if isinstance(v.get("occupancy"), Mapping)]
+        parts.append(f"{kernel}: {len(vs)} variant{'' if len(vs) == 1 else 's'} · {span(vs, 'n_regs')} regs · "
+                     f"{span(vs, 'n_spills')} spills · {span(vs, 'shared_bytes')} B shared · {span(vs, 'num_warps')} warps"
+                     f" · occupancy {span(occ, 'o', '{:.0%}')}")
+    return "; ".join(parts) or "—"
 
 
 def candidate_view(data: dict[str, Any], links: Links) -> dict[str, Any] | None:
@@ -174,15 +179,7 @@ def candidate_view(data: dict[str, Any], links: Links) -> dict[str, Any] | None:
                        + (", ".join(clean(k) for k in r.get("candidate_pair_kernels") or []) or "—"),
             "new": ", ".join(clean(k) for k in r.get("new_kernels") or []) or "—",
         })
-    named = [r for r in rows
-             if as_float(r.get("baseline_pair_us")) is not None and as_float(r.get("candidate_pair_us")) is not None]
-    plots = []
-    if named:
-        plots.append(svg_bar_chart([str(r.get("row")) for r in named],
-                                   {"baseline replaced kernels": [float(r["baseline_pair_us"]) for r in named],
-                                    "candidate": [float(r["candidate_pair_us"]) for r in named]},
-                                   "us", title="Pair: device time per call of the replaced kernels vs the candidate's"))
-    return {"rows": table, "plots": plots, "resources": _resources(data.pop("classes", None)),
+    return {"rows": table, "plots": [], "resources": _resources(data.pop("classes", None)),
             "facts": _host_facts(data.pop("host_load", None))}
 
 
