@@ -4,7 +4,10 @@ A campaign file is YAML validated against ``kgate/schemas/campaign.schema.yaml``
 (JSON Schema 2020-12, unknown keys rejected). Validation errors become one
 ``ConfigError`` line naming the file, the key path and the problem, raised
 before any job starts. Defaults from the schema are filled in, so stages read
-one fully resolved mapping.
+one fully resolved mapping. What the schema cannot say about paths is checked
+next (``_check_paths``). Everything else the file alone decides (regexes, row
+sizes, row names, endpoint kinds, classes) is ``kgate.campaign_checks``, whose
+``load`` the DAG build and every stage job use.
 """
 
 from __future__ import annotations

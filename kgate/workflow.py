@@ -28,8 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kgate import campaign as campaign_mod
-from kgate import device, epochs
+from kgate import campaign_checks, device, epochs
 from kgate.campaign import Campaign, validate
 from kgate.records import read_record
 from kgate.source import candidate
@@ -70,7 +69,7 @@ def resolve(config: dict[str, Any]) -> Run:
     """The validated config, the campaign, the device class and the candidate; the epoch is checked, not written."""
     cfg = {k: v for k, v in config.items()}
     validate(cfg, "config", "config")
-    camp = campaign_mod.load(cfg["campaign"], {"target_path": cfg.get("target_path"),
+    camp = campaign_checks.load(cfg["campaign"], {"target_path": cfg.get("target_path"),
                                                 "candidate": cfg.get("candidate")})
     gpu = cfg.get("gpu", "auto")
     if gpu == "auto":

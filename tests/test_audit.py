@@ -155,8 +155,9 @@ def test_allowed_overlap_is_a_warning_naming_both_campaigns_and_exit_1(tmp_path)
 
 
 def test_missing_timed_sections_are_said_to_be_none_declared(tmp_path) -> None:
+    # no dispatch section either: its comparison rows run measure.callable (kgate.campaign_checks)
     bare = _campaign(tmp_path, "rwkv6-bwd-fusion", "rwkv6-untimed", measure=None, profile=None, bench=None,
-                     model=None, notes=None, allowed_paths=["fla/ops/rwkv6/fused_chunk.py"])
+                     model=None, notes=None, dispatch=None, allowed_paths=["fla/ops/rwkv6/fused_chunk.py"])
     proc = _kgate("audit", "--campaigns", f"rwkv6-bwd-fusion,{bare}")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "none declared (no measure," in proc.stdout

@@ -163,5 +163,5 @@ def test_model_trains_both_workloads_in_interleaved_blocks(identity) -> None:
     ckpt = (wf.workdir / data["checkpoint"]).read_text().splitlines()
     assert json.loads(ckpt[0])["kind"] == "header" and len(ckpt) == 1 + 3
     html = (wf.workdir / "reports" / CAMPAIGN / "cpu" / "index.html").read_text()
-    assert "Model training throughput" in html and "Model dense: tokens/s per block" in html
+    assert "Model training throughput" in html and "Model: tokens/s per block, per workload and arm" in html
     assert {s["stage"]: s["status"] for s in wf.verdict(CAMPAIGN)["stages"]}["model"] == "pass"

@@ -58,7 +58,7 @@ class BenchConfig:
                    resolution=float(b.get("resolution", 0.02)),
                    row_regression_max=float(b.get("row_regression_max", 0.03)),
                    memory_tolerance=float(b.get("memory_tolerance", 0.05)),
-                   endpoints=tuple(b.get("endpoints", ("dense", "varlen"))), min_rounds=lo, max_rounds=hi,
+                   endpoints=spec.endpoints, min_rounds=lo, max_rounds=hi,
                    cpu=spec.cpu)
 
 

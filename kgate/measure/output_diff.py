@@ -3,7 +3,7 @@
 Method: ``candidate_gate`` starts one worker per arm (BENCH_BASE's worktree
 and the candidate's, the shared gate Triton cache: nothing is timed) and asks
 each for one fwdbwd call of ``measure.callable`` on every row of
-``dispatch.rows`` (``dispatch.cpu_rows`` on CPU), inputs drawn from the row's
+``dispatch.rows`` (``dispatch.cpu_rows`` on CPU: ``kgate.measure.rows.dispatch_rows``), inputs drawn from the row's
 seed (their hashes must be equal across arms), pipelined: the candidate runs
 row i while BENCH_BASE runs row i+1 (see :func:`_pipelined`). Each arm saves its tensors;
 the stage loads both and reports, per row and tensor, whether the bytes are
@@ -22,25 +22,11 @@ from typing import Any
 from kgate import paths
 from kgate.errors import ConfigError
 from kgate.measure.arms import Arm, Deadline, ask_all, compare_hashes, start_arms
-from kgate.measure.rows import Row, load_spec, row_from_spec
+from kgate.measure.rows import Row, load_spec
 from kgate.records import Gate
 
 #: The share of the stage time limit the output comparison's workers get (the rest is the gate run's).
 OUTPUTS_SHARE = 0.3
-
-
-def rows_for(campaign_data: dict[str, Any], cpu: bool) -> list[Row]:
-    """The comparison rows of this device, each with a declared dispatch class."""
-    d = campaign_data.get("dispatch") or {}
-    key = "dispatch.cpu_rows" if cpu else "dispatch.rows"
-    known = {k["name"] for k in d.get("classes", [])}
-    rows = [row_from_spec(r, key) for r in d.get("cpu_rows" if cpu else "rows", [])]
-    for r in rows:
-        cls = r.values.get("dispatch")
-        if cls not in known:
-            raise ConfigError(f"key '{key}': row {r.name} names dispatch class {cls!r}, not one of "
-                              f"{', '.join(sorted(known))}")
-    return rows
 
 
 def compare(ctx: Any, wt_base: Path, wt_cand: Path, rows: list[Row], enabled: tuple[str, ...]) -> dict[str, Any]:

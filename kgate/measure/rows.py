@@ -4,7 +4,9 @@ A :class:`Row` is one benchmark shape (a name, a kind, the values handed to the 
 ``make_inputs``); :class:`MeasureSpec` (:func:`load_spec`) is the ``measure`` (+ ``profile``,
 ``bench``) sections for one device kind: the callable, the input generator file, the rows, the
 kernel-name regexes and the temporaries the hypothesis removes. Every regex and byte expression
-is checked when the spec is loaded, so a bad campaign fails before any worker starts.
+is checked when the spec is loaded, and ``kgate.campaign_checks`` loads it for both device kinds
+when the campaign is loaded, so a bad campaign fails at DAG build. :func:`dispatch_rows` are the
+``dispatch`` section's comparison rows (candidate_gate's output comparison).
 :func:`eval_expression` evaluates ``temporaries[].bytes`` (numbers, row variables, + - * / // % **
 and parentheses, nothing else). docs/measurement.md states the rules and their limits.
 """
@@ -168,6 +170,11 @@ class MeasureSpec:
     def replacement_rx(self) -> re.Pattern[str] | None:
         return compile_regex(self.replacement, "measure.kernels.replacement")
 
+    @property
+    def endpoints(self) -> tuple[str, ...]:
+        """Row kinds whose gated rows the benchmark's endpoint gates judge (``bench.endpoints``)."""
+        return tuple(self.bench.get("endpoints", ("dense", "varlen")))
+
     def expected_bytes(self, row: Row) -> int:
         """Bytes of the temporaries the hypothesis removes (each allocated once per call)."""
         return sum(t.nbytes(row) for t in self.temporaries)
@@ -257,6 +264,20 @@ def load_spec(campaign: Campaign, gpu: str) -> MeasureSpec | None:
     for row in rows:
         spec.expected_bytes(row)
     return spec
+
+
+def dispatch_rows(campaign_data: dict[str, Any], cpu: bool) -> list[Row]:
+    """The comparison rows of this device, each with a declared dispatch class."""
+    d = campaign_data.get("dispatch") or {}
+    key = "dispatch.cpu_rows" if cpu else "dispatch.rows"
+    known = {k["name"] for k in d.get("classes", [])}
+    rows = [row_from_spec(r, key) for r in d.get("cpu_rows" if cpu else "rows", [])]
+    for r in rows:
+        cls = r.values.get("dispatch")
+        if cls not in known:
+            raise ConfigError(f"key '{key}': row {r.name} names dispatch class {cls!r}, not one of "
+                              f"{', '.join(sorted(known))}")
+    return rows
 
 
 def row_table(explicit: tuple[Row, ...] | list[Row], registry_rows: list[Row] | None = None) -> dict[str, Row]:

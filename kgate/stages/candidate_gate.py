@@ -33,6 +33,7 @@ from kgate.errors import KgateError
 from kgate.gates import env as env_gates
 from kgate.measure import output_diff
 from kgate.measure.arms import WorkerFailure
+from kgate.measure.rows import dispatch_rows
 from kgate.records import Gate, StageResult, write_json
 from kgate.source.worktree import verify_frozen, verify_worktree
 from kgate.stages.common import Context
@@ -108,7 +109,7 @@ def dependent_gate(dep: runner.GateRun, base: runner.GateRun | None) -> tuple[Ga
 def outputs_gates(ctx: Context, green: bool, fx: dict, build: dict, wt: Path) -> list[Gate]:
     """The BENCH_BASE output comparison (kgate.measure.output_diff), once the frozen tests passed."""
     c, gpu = ctx.campaign, ctx.gpu
-    rows = output_diff.rows_for(c.data, gpu == "cpu")
+    rows = dispatch_rows(c.data, gpu == "cpu")
     evidence = str(ctx.out_dir / "outputs.json")
     if not rows:
         return output_diff.gates(None, "the campaign lists no dispatch rows for this device", evidence)

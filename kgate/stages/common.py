@@ -15,9 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kgate import campaign as campaign_mod
+from kgate import campaign_checks, epochs, paths, protocol, provenance
 from kgate import device as device_mod
-from kgate import epochs, paths, protocol, provenance
 from kgate.campaign import Campaign
 from kgate.errors import IncompleteData
 from kgate.gates import env as env_gates
@@ -193,7 +192,7 @@ def load_inputs(records: list[str], force: bool = False) -> dict[str, dict[str, 
 def execute(stage: str, fn: StageFn, args: argparse.Namespace) -> int:
     clock = provenance.Clock()
     overrides = {"target_path": args.target_path, "candidate": args.candidate_source}
-    camp = campaign_mod.load(args.campaign_file, overrides)
+    camp = campaign_checks.load(args.campaign_file, overrides)
     epoch = epochs.current(camp)
     dev = device_mod.check_class(args.gpu)
     inputs = load_inputs(args.input_record, force=bool(getattr(args, "force", False)))

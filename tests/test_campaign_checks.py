@@ -1,0 +1,156 @@
+"""Static campaign checks (kgate.campaign_checks): a mistake the file alone shows is refused when the campaign
+is loaded, at DAG build and in every job, with one line naming the file and the key."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import REPO
+
+from kgate import campaign_checks
+from kgate.errors import ConfigError
+from kgate.gates.bench import BenchConfig
+from kgate.measure.rows import load_spec
+
+CAMPAIGNS = REPO / "config" / "campaigns"
+DEFAULT = CAMPAIGNS / "rwkv6-bwd-fusion.yaml"
+UPSTREAM = CAMPAIGNS / "rwkv6-bwd-fusion-upstream.yaml"
+
+
+def write(tmp_path: Path, mutate, source: Path = DEFAULT) -> Path:
+    """A shipped campaign with one change, under its own name in ``tmp_path``."""
+    data = yaml.safe_load(source.read_text())
+    mutate(data)
+    path = tmp_path / f"{data['name']}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def refused(path: Path) -> str:
+    with pytest.raises(ConfigError) as err:
+        campaign_checks.load(path)
+    msg = str(err.value)
+    assert "\n" not in msg and msg.startswith(f"{path}: key '"), msg
+    return msg
+
+
+def row(d: dict, key: str, name: str) -> dict:
+    """The row named ``name`` in the row list at the dotted ``key``."""
+    node = d
+    for part in key.split("."):
+        node = node[part]
+    return next(r for r in node if r["name"] == name)
+
+
+def cu(key: str, name: str, value: list[int]):
+    return lambda d: row(d, key, name).update(cu_seqlens=value)
+
+
+@pytest.mark.parametrize(("mutate", "expected"), [
+    # regular expressions
+    (lambda d: d["dispatch"]["classes"][0].update(tests="-dense-(B\\d+"),
+     "key 'dispatch.classes.BT64-D64-dense.tests': '-dense-(B\\d+' is not a regular expression"),
+    (lambda d: d["candidate"]["forbid_patterns"][1].update(pattern="allow_tf32["),
+     "key 'candidate.forbid_patterns.1.pattern': 'allow_tf32[' is not a regular expression"),
+    (lambda d: d["measure"]["kernels"].update(replacement="^chunk_rwkv6_bwd_kernel_fused("),
+     "key 'measure.kernels.replacement'"),
+    (lambda d: d["ncu"]["kernels"].update(candidate="*fused"), "key 'ncu.kernels.candidate': '*fused'"),
+    # row sizes
+    (lambda d: row(d, "measure.rows", "B1_T8192_H96_D128").update(H=-96),
+     "key 'measure.rows.B1_T8192_H96_D128.H': -96 is negative"),
+    (lambda d: row(d, "dispatch.rows", "cmp_dense_BT64_D64").update(D=-64),
+     "key 'dispatch.rows.cmp_dense_BT64_D64.D': -64 is negative"),
+    (cu("measure.rows", "varlen_D128", [0, 4000, 1000, 8048]),
+     "key 'measure.rows.varlen_D128.cu_seqlens': [0, 4000, 1000, 8048] is not strictly increasing (4000 then 1000)"),
+    (cu("measure.rows", "varlen_D128", [100, 4000, 8048]),
+     "key 'measure.rows.varlen_D128.cu_seqlens': [100, 4000, 8048] must start at 0"),
+    (cu("measure.rows", "varlen_D128", [0, 4000, 9000]),
+     "key 'measure.rows.varlen_D128.cu_seqlens': [0, 4000, 9000] ends at 9000, not at the row's T=8048"),
+    (cu("measure.cpu.rows", "tiny_varlen_D16", [0, 5, 12]),
+     "key 'measure.cpu.rows.tiny_varlen_D16.cu_seqlens': [0, 5, 12] ends at 12, not at the row's T=16"),
+    (cu("dispatch.cpu_rows", "cmp_varlen_BT64_D16", [0, -7, 20]),
+     "key 'dispatch.cpu_rows.cmp_varlen_BT64_D16.cu_seqlens': [0, -7, 20] holds a negative value"),
+    (cu("dispatch.rows", "cmp_varlen_BT64_D128", [0, 256, 256, 2048]),
+     "key 'dispatch.rows.cmp_varlen_BT64_D128.cu_seqlens': [0, 256, 256, 2048] is not strictly increasing"),
+    (lambda d: row(d, "dispatch.rows", "cmp_dense_BT64_D64").update(dispatch="BT99-dense"),
+     "key 'dispatch.rows': row cmp_dense_BT64_D64 names dispatch class 'BT99-dense'"),
+    (lambda d: d["measure"]["rows"].append(dict(d["measure"]["rows"][0])),
+     "key 'measure.rows': row 'B1_T8192_H96_D128' is defined twice"),
+    # temporaries
+    (lambda d: d["measure"]["temporaries"][0].update(bytes="B*T*H*K*4"),
+     "key 'measure.temporaries.dq_fp32.bytes': 'B*T*H*K*4' uses 'K', which the row does not define"),
+    (lambda d: d["measure"]["temporaries"][1].update(bytes="B*T*(H-100)*D*4"),
+     "key 'measure.temporaries.dk_fp32.bytes': 'B*T*(H-100)*D*4' is -"),
+    # row names
+    (lambda d: d["bench"].update(gated=["B1_T8192_H96_D128", "nope"]), "key 'bench.gated': unknown row(s) nope"),
+    (lambda d: d["bench"].update(controls=["B4_T2048_H16_D12"]), "key 'bench.controls': unknown row(s) B4_T2048_H16_D12"),
+    (lambda d: d["profile"].update(rows=["varlen_D256"]), "key 'profile.rows': unknown row(s) varlen_D256"),
+    (lambda d: d["ncu"].update(rows=["varlen"]), "key 'ncu.rows': unknown row(s) varlen"),
+    (lambda d: d["measure"]["cpu"].update(controls=["tiny"]), "key 'measure.cpu.controls': unknown row(s) tiny"),
+    # endpoint kinds and classes of the gated rows
+    (lambda d: d["bench"].update(endpoints=["dense", "varlen", "paged"]),
+     "key 'bench.endpoints': no gated row of kind paged (check bench.gated and measure.rows)"),
+    (lambda d: d["bench"].update(gated=["B1_T8192_H96_D128", "B8_T2048_H32_D256", "B8_T1024_H8_D64"]),
+     "key 'bench.endpoints': no gated row of kind varlen (check bench.gated"),
+    (lambda d: d["measure"]["cpu"].update(gated=["tiny_D16"]),
+     "key 'bench.endpoints': no gated row of kind varlen on CPU (check measure.cpu.gated"),
+    (lambda d: d["measure"].update(classes=[64, 128, 256, 512]), "key 'measure.classes': no gated row has D=512"),
+    (lambda d: d["measure"].update(classes=[64, "128"]), "key 'measure.classes': no gated row has D='128'"),
+    (lambda d: d["bench"].update(gated=["B8_T2048_H32_D256", "B8_T1024_H8_D64"], endpoints=["dense"]),
+     "key 'measure.classes': no gated row has D=128"),
+    # comparison rows without the callable that runs them
+    (lambda d: [d.pop(k) for k in ("measure", "profile", "bench", "ncu")],
+     "key 'dispatch.rows': the comparison rows need a measure section"),
+])
+def test_static_mistake_is_one_line_naming_the_key(tmp_path: Path, mutate, expected: str) -> None:
+    msg = refused(write(tmp_path, mutate))
+    assert expected in msg, msg
+
+
+def test_registry_rows_are_not_judged_statically(tmp_path: Path) -> None:
+    """With measure.registry the GPU row table is known at run time only: the registry counts as dense gated rows,
+    row names it may hold and the classes are left to the stages; the explicit rows and the CPU side are checked."""
+    def unknowable(d: dict) -> None:
+        d["bench"].update(gated=["B4_T2048_H16_D128", "varlen_D128"], controls=["B8_T1024_H8_D64"])
+        d["measure"].update(classes=[64, 128, 256, 512])
+    campaign_checks.load(write(tmp_path, unknowable, UPSTREAM))
+    msg = refused(write(tmp_path, lambda d: d["bench"].update(endpoints=["dense", "varlen", "paged"]), UPSTREAM))
+    assert "key 'bench.endpoints': no gated row of kind paged" in msg and "kinds: dense, varlen" in msg, msg
+    msg = refused(write(tmp_path, lambda d: d["bench"].update(gated=["B4_T2048_H16_D128"]), UPSTREAM))
+    assert "no gated row of kind varlen" in msg, msg
+    msg = refused(write(tmp_path, cu("measure.rows", "varlen_D128", [0, 4000, 8000]), UPSTREAM))
+    assert "key 'measure.rows.varlen_D128.cu_seqlens'" in msg, msg
+    msg = refused(write(tmp_path, lambda d: d["measure"]["cpu"].update(profile_rows=["tiny_D32"]), UPSTREAM))
+    assert "key 'measure.cpu.profile_rows': unknown row(s) tiny_D32" in msg, msg
+
+
+@pytest.mark.parametrize("gpu", ["cpu", "h200"])
+@pytest.mark.parametrize("name", sorted(p.stem for p in CAMPAIGNS.glob("*.yaml")))
+def test_shipped_campaigns_pass(name: str, gpu: str) -> None:
+    c = campaign_checks.load(name)
+    spec = load_spec(c, gpu)
+    if spec is not None:
+        assert BenchConfig.from_spec(spec).endpoints == spec.endpoints
+
+
+def test_dag_build_refuses_with_one_line_and_no_traceback(tmp_path: Path) -> None:
+    """``snakemake -n`` on a campaign with an invalid dispatch regex: one ``kgate: error:`` line naming the key."""
+    path = write(tmp_path, lambda d: d["dispatch"]["classes"][2].update(tests="-dense-B\\d+-D(?:6[5-9]"))
+    env = dict(os.environ, PATH=str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"])
+    env.pop("PYTHONPATH", None)
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", "-s", str(REPO / "Snakefile"),
+                           "-d", str(tmp_path / "wd"), "--profile", str(REPO / "profiles/local"),
+                           "--config", f"campaign={path}"], capture_output=True, text=True, env=env, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out
+    lines = [ln for ln in out.splitlines() if ln.startswith("kgate: error:")]
+    assert len(lines) == 1, out
+    assert f"{path}: key 'dispatch.classes.BT64-D128-dense.tests'" in lines[0] and "not a regular expression" in lines[0]
+    assert proc.stderr.strip().splitlines()[-1] == lines[0]
+    assert "Traceback" not in out, out
+    assert not (tmp_path / "wd" / "results").exists()
