@@ -89,13 +89,8 @@ def geomean(estimates: Sequence[RatioEstimate], confidence: float | None = None)
     noisy = sum(1 for r in rows if r.warnings)
     if noisy:
         warns.append(f"{noisy} of {k} rows carry quality warnings; read them before the geomean")
-    return RatioEstimate(
-        speedup=math.exp(point),
-        lower=math.exp(point - tq * se),
-        upper=math.exp(point + tq * se),
-        confidence=conf,
-        log_ratio=point,
-        log_se=se,
+    return RatioEstimate.on_log_scale(
+        point, se, tq, conf,
         dof=float(dof),
         n=n,
         method=method,

@@ -45,6 +45,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -100,6 +101,14 @@ class RatioEstimate:
     @property
     def log_upper(self) -> float:
         return math.log(self.upper)
+
+    @classmethod
+    def on_log_scale(cls, point: float, se: float, quantile: float, confidence: float, **rest: Any) -> RatioEstimate:
+        """The estimate of a log-ratio ``point`` with standard error ``se``: the speedup exp(point) and its
+        interval exp(point -/+ quantile * se) at ``confidence`` (``quantile``: the t quantile of that level);
+        ``rest`` holds the other fields."""
+        return cls(speedup=math.exp(point), lower=math.exp(point - quantile * se),
+                   upper=math.exp(point + quantile * se), confidence=confidence, log_ratio=point, log_se=se, **rest)
 
     def as_dict(self) -> dict[str, object]:
         """JSON-ready dict; the distribution-free check is nested."""
@@ -278,13 +287,8 @@ def paired_ratio(
         else:
             check = signflip(d, alpha, seed)
 
-    return RatioEstimate(
-        speedup=math.exp(point),
-        lower=math.exp(point - tq * se),
-        upper=math.exp(point + tq * se),
-        confidence=conf,
-        log_ratio=point,
-        log_se=se,
+    return RatioEstimate.on_log_scale(
+        point, se, tq, conf,
         dof=dof,
         n=n,
         method=method,
