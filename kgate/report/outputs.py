@@ -40,7 +40,7 @@ from typing import Any
 
 from kgate import paths
 from kgate.records import atomic_write_text
-from kgate.report import compare
+from kgate.report.compare import Comparison, DeviceRun, build, current_device, other_devices
 from kgate.report.html import render_html
 from kgate.report.junit import render_junit
 from kgate.report.page import build_model, epoch_rows
@@ -53,7 +53,7 @@ def render(
     out_dir: Path,
     *,
     history: list[dict[str, Any]] | None = None,
-    devices: Sequence[compare.DeviceRun] | None = None,
+    devices: Sequence[DeviceRun] | None = None,
     ledger: Mapping[str, Any] | None = None,
 ) -> list[Path]:
     """Write index.html, summary.md and gates.junit.xml into out_dir and return their paths.
@@ -113,17 +113,17 @@ def _ledger(verdict: Mapping[str, Any], root: Path | None) -> Mapping[str, Any] 
 
 def _devices(
     verdict: Mapping[str, Any], records: Sequence[Mapping[str, Any]], root: Path | None,
-    devices: Sequence[compare.DeviceRun] | None,
-) -> compare.Comparison | None:
+    devices: Sequence[DeviceRun] | None,
+) -> Comparison | None:
     """The comparison across device classes (this one first), or None when there is no other device."""
     if devices is None:
         if root is None:
             return None
-        devices = compare.other_devices(root, verdict["campaign"], verdict["gpu"], verdict.get("candidate"))
+        devices = other_devices(root, verdict["campaign"], verdict["gpu"], verdict.get("candidate"))
     others = [d for d in devices if d.gpu != verdict["gpu"]]
     if not others:
         return None
-    return compare.build(verdict["campaign"], [compare.current_device(verdict, records), *others])
+    return build(verdict["campaign"], [current_device(verdict, records), *others])
 
 
 def _repo_root(out_dir: Path, verdict: Mapping[str, Any]) -> Path | None:
