@@ -79,7 +79,9 @@ def _fill_defaults(node: Any, sch: dict[str, Any]) -> Any:
     for key, sub in sch.get("properties", {}).items():
         if key not in node and "default" in sub:
             node[key] = copy.deepcopy(sub["default"])
-        elif key not in node and sub.get("type") == "object" and not sub.get("required"):
+        elif key not in node and sub.get("type") == "object" and not sub.get("required") and not sub.get("minProperties"):
+            # an optional section with nothing required is there with its defaults; one that must say something
+            # when present (minProperties) stays absent
             node[key] = {}
         if key in node:
             node[key] = _fill_defaults(node[key], sub)
@@ -121,6 +123,20 @@ class Campaign:
             if kind in c:
                 return CandidateSource(kind, c[kind])
         raise ConfigError(f"{self.path}: key 'candidate': needs one of overlay, ref, worktree")
+
+    @property
+    def fixture_test_paths(self) -> tuple[str, ...]:
+        """Glob patterns the fixture may touch: ``fixture.test_paths``, else (null) the folders of ``gate.tests``
+        and everything below them (a listed file's own folder; a file at the root allows only itself)."""
+        listed = self.data["fixture"].get("test_paths")
+        if listed is not None:
+            return tuple(listed)
+        out = []
+        for t in self.data["gate"]["tests"]:
+            p = t.rstrip("/")
+            folder = p if not p.endswith(".py") else p.rpartition("/")[0]
+            out.append(f"{folder}/**" if folder else p)
+        return tuple(dict.fromkeys(out))
 
     def section_hash(self, *keys: str) -> str:
         """sha256 (16 hex) of the named top-level sections: a params value that

@@ -45,6 +45,7 @@ from typing import Any
 from kgate import campaign as campaign_mod
 from kgate.campaign import Campaign
 from kgate.errors import ConfigError
+from kgate.measure import model_spec
 from kgate.measure.rows import MeasureSpec, Row, compile_regex, dispatch_rows, load_spec, row_from_spec, row_table
 
 #: the row value that holds packed sequence boundaries, and the total it must end at
@@ -84,6 +85,8 @@ def check(c: Campaign) -> None:
             spec = load_spec(c, gpu)
         if spec is not None:
             _measure(c, spec)
+        with _named(c, "model"):
+            model_spec.load_spec(c, gpu)
 
 
 @contextmanager
@@ -110,6 +113,8 @@ def _regexes(c: Campaign) -> None:
         found.append((f"dispatch.classes.{k['name']}.tests", k["tests"]))
     for side, rx in ((d.get("ncu") or {}).get("kernels") or {}).items():
         found.append((f"ncu.kernels.{side}", rx))
+    for side, rx in (((d.get("measure") or {}).get("kernels")) or {}).items():
+        found.append((f"measure.kernels.{side}", rx))
     for key, rx in found:
         with _named(c, key):
             compile_regex(rx, key)
@@ -144,11 +149,6 @@ def _measure(c: Campaign, spec: MeasureSpec) -> None:
     rows_key = "measure.cpu.rows" if spec.cpu else "measure.rows"
     with _named(c, rows_key):
         table = row_table(spec.explicit_rows)
-        for t in spec.temporaries:
-            for row in spec.explicit_rows:
-                if t.nbytes(row) < 0:
-                    raise ConfigError(f"key 'measure.temporaries.{t.name}.bytes': '{t.bytes_expr}' is "
-                                      f"{t.nbytes(row)} on row {row.name} ({rows_key})")
     registry = bool(spec.registry) and not spec.cpu  # on CPU the registry's rows are not run
     with _named(c, rows_key):
         if registry:
@@ -161,12 +161,12 @@ def _measure(c: Campaign, spec: MeasureSpec) -> None:
                 spec.select(table, c.data["ncu"]["rows"], "ncu.rows")
             gated = spec.gated_rows(table)
     kinds = {r.kind for r in gated} | ({REGISTRY_KIND} if registry else set())
-    missing = [k for k in spec.endpoints if k not in kinds]
+    missing = [k for k in spec.endpoints(gated) if k not in kinds]
     where = "on CPU (check measure.cpu.gated and measure.cpu.rows)" if spec.cpu else "(check bench.gated and measure.rows)"
     if missing:
         raise ConfigError(f"{c.path}: key 'bench.endpoints': no gated row of kind {', '.join(missing)} {where}; "
                           f"the gated rows' kinds: {', '.join(sorted(kinds)) or 'none'}")
-    if spec.cpu or registry:
+    if spec.cpu or registry or spec.class_key is None:
         return
     have = [r.klass(spec.class_key) for r in gated]
     distinct = [v for i, v in enumerate(have) if v not in have[:i]]

@@ -15,7 +15,7 @@ from conftest import REPO
 from kgate import campaign_checks
 from kgate.errors import ConfigError
 from kgate.gates.bench import BenchConfig
-from kgate.measure.rows import load_spec
+from kgate.measure.rows import load_spec, row_table
 
 CAMPAIGNS = REPO / "config" / "campaigns"
 DEFAULT = CAMPAIGNS / "rwkv6-bwd-fusion.yaml"
@@ -82,10 +82,10 @@ def cu(key: str, name: str, value: list[int]):
     (lambda d: d["measure"]["rows"].append(dict(d["measure"]["rows"][0])),
      "key 'measure.rows': row 'B1_T8192_H96_D128' is defined twice"),
     # temporaries
-    (lambda d: d["measure"]["temporaries"][0].update(bytes="B*T*H*K*4"),
-     "key 'measure.temporaries.dq_fp32.bytes': 'B*T*H*K*4' uses 'K', which the row does not define"),
-    (lambda d: d["measure"]["temporaries"][1].update(bytes="B*T*(H-100)*D*4"),
-     "key 'measure.temporaries.dk_fp32.bytes': 'B*T*(H-100)*D*4' is -"),
+    (lambda d: d["measure"]["mechanism"]["removes"]["temporaries"][0].update(bytes="B*T*H*K*4"),
+     "key 'measure.mechanism.removes.temporaries.dq_fp32.bytes': 'B*T*H*K*4' uses 'K', which the row does not define"),
+    (lambda d: d["measure"]["mechanism"]["removes"]["temporaries"][1].update(bytes="B*T*(H-100)*D*4"),
+     "key 'measure.mechanism.removes.temporaries.dk_fp32.bytes': 'B*T*(H-100)*D*4' is -"),
     # row names
     (lambda d: d["bench"].update(gated=["B1_T8192_H96_D128", "nope"]), "key 'bench.gated': unknown row(s) nope"),
     (lambda d: d["bench"].update(controls=["B4_T2048_H16_D12"]), "key 'bench.controls': unknown row(s) B4_T2048_H16_D12"),
@@ -135,7 +135,8 @@ def test_shipped_campaigns_pass(name: str, gpu: str) -> None:
     c = campaign_checks.load(name)
     spec = load_spec(c, gpu)
     if spec is not None:
-        assert BenchConfig.from_spec(spec).endpoints == spec.endpoints
+        gated = spec.gated_rows(row_table(spec.explicit_rows)) if not spec.registry else []
+        assert BenchConfig.from_spec(spec, gated).endpoints == spec.endpoints(gated)
 
 
 def test_dag_build_refuses_with_one_line_and_no_traceback(tmp_path: Path) -> None:

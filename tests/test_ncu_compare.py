@@ -228,7 +228,8 @@ COLS = {"duration_ns": "gpu__time_duration.sum", "dram_read_bytes": "dram__bytes
 
 def real_rx() -> Regexes:
     n, m = CAMPAIGN["ncu"]["kernels"], CAMPAIGN["measure"]["kernels"]
-    return Regexes(re.compile(n["baseline"]), re.compile(n["candidate"]), re.compile(m["removed"]),
+    removed = CAMPAIGN["measure"]["mechanism"]["removes"]["kernels"]
+    return Regexes(re.compile(n["baseline"]), re.compile(n["candidate"]), re.compile(removed),
                    re.compile(m["replacement"]))
 
 
@@ -254,8 +255,8 @@ def _real() -> dict[str, tuple[dict, dict, dict]]:
             assert ncu_parse.capability(launches) == "9.0"
             tables[arm] = ncu_parse.kernel_table(launches, MM)
             cols[arm] = real_columns(Path(f"{stem}.raw.csv"))
-        temps = [(b * t * h * d * 4, x["accesses"]) for x in CAMPAIGN["measure"]["temporaries"]]
-        assert all(x["bytes"] == "B*T*H*D*4" for x in CAMPAIGN["measure"]["temporaries"])
+        temps = [(b * t * h * d * 4, x["accesses"]) for x in CAMPAIGN["measure"]["mechanism"]["removes"]["temporaries"]]
+        assert all(x["bytes"] == "B*T*H*D*4" for x in CAMPAIGN["measure"]["mechanism"]["removes"]["temporaries"])
         comp = ncu_compare.compare_row(row, tables["base"], tables["cand"], real_rx(), MM,
                                        ncu_compare.expected_traffic(temps))
         comps.append(comp)

@@ -22,7 +22,6 @@ from kgate.stages.profile_baseline import (
     attribute_temporaries,
     bound_gate,
     kernel_table,
-    plausibility,
     structural_gates,
 )
 from kgate.stages.profile_candidate import candidate_gates, class_resources, hidden_kernels, pair_gate, pair_row
@@ -30,6 +29,19 @@ from kgate.stages.profile_candidate import candidate_gates, class_resources, hid
 SPEC = measure.load_spec(campaign.load("rwkv6-bwd-fusion"), "h200")
 ROW = Row("B8_T2048_H16_D64", "dense", {"name": "B8_T2048_H16_D64", "B": 8, "T": 2048, "H": 16, "D": 64})
 INTRA, INTER, FUSED = "chunk_rwkv6_bwd_kernel_intra", "chunk_rwkv6_bwd_kernel_inter", "chunk_rwkv6_bwd_kernel_fused"
+#: the fused candidate's dispatch classes (kernels/rwkv6_bwd_fused/candidate/overlay.yaml): ROW is BT64-D64-dense
+FUSED_ENABLES = ("BT64-D64-dense", "BT64-D64-varlen", "BT64-D128-dense", "BT64-D128-varlen", "BT64-D256-dense",
+                 "BT64-D256-varlen")
+
+
+def removes_bound(endpoint_ms: float, launches: float, launch_us: float, bytes_per_s: float) -> dict:
+    """The removes kind's bound on ROW through the mechanism arithmetic (kgate.measure.mechanism)."""
+    from kgate.measure import mechanism
+
+    kernels = {INTRA: {"launches": launches, "device_us": 100.0}}
+    saved = mechanism.row_savings(SPEC.mechanism, lambda e, k: SPEC.evaluate(ROW, e, k), kernels, 1, launch_us,
+                                  bytes_per_s, None)
+    return saved["removes"] | mechanism.best_case(endpoint_ms, saved)
 
 
 class TestPlausibility:
@@ -37,16 +49,16 @@ class TestPlausibility:
         """2 x 16.8M x (4 B write + 4 B read) = 268 MB at 4.3 TB/s is 62.4 us; plus one 5 us launch."""
         traffic = SPEC.removed_traffic_bytes(ROW)
         assert traffic == 2 * (8 * 2048 * 16 * 64) * 4 * 2 == 268_435_456
-        b = plausibility(2.56, 1.0, 5.0, traffic, 4.3e12)
+        b = removes_bound(2.56, 1.0, 5.0, 4.3e12)
         assert b["traffic_ms"] == pytest.approx(268_435_456 / 4.3e12 * 1e3)
         assert b["traffic_ms"] == pytest.approx(0.0624, abs=1e-4)
-        assert b["removable_ms"] == pytest.approx(0.005 + 0.0624, abs=1e-4)
-        assert b["best_case_speedup"] == pytest.approx(2.56 / (2.56 - b["removable_ms"]))
+        assert b["saved_ms"] == pytest.approx(0.005 + 0.0624, abs=1e-4)
+        assert b["best_case_speedup"] == pytest.approx(2.56 / (2.56 - b["saved_ms"]))
         assert 1.025 < b["best_case_speedup"] < 1.028
-        assert "= 1.02" in b["arithmetic"] and b["formula"].startswith("best case")
+        assert "= 1.02" in b["arithmetic"] and b["by_kind"]["removes"] == b["best_case_speedup"]
 
     def test_removable_beyond_the_endpoint_is_reported_not_capped(self) -> None:
-        assert plausibility(0.01, 10, 5.0, 0, 1e12)["best_case_speedup"] is None
+        assert removes_bound(0.01, 10, 5.0, 1e12)["best_case_speedup"] is None
 
     def test_the_gate_stops_below_the_bar_and_passes_above(self) -> None:
         rows = [{"row": "a", "bound": {"best_case_speedup": 1.02}}, {"row": "b", "bound": {"best_case_speedup": 1.04}}]
@@ -103,8 +115,8 @@ class TestAttribution:
         a = analyse(SPEC, ROW, m, launch_us=5.0, bytes_per_s=4.3e12)
         assert a["endpoint_ms"] == 2.56
         assert a["removed"] == {"launches_per_call": 1.0, "device_us_per_call": 540.0,
-                                "share_of_endpoint": pytest.approx(0.54 / 2.56),
-                                "amdahl_if_their_whole_time_vanished": pytest.approx(2.56 / (2.56 - 0.54))}
+                                "share_of_endpoint": pytest.approx(0.54 / 2.56)}
+        assert a["replaced"]["amdahl_if_their_whole_time_vanished"] == pytest.approx(2.56 / (2.56 - 0.83))
         assert a["kernel_sum_ms"] == pytest.approx(0.83)
         assert a["census"] == [INTER, INTRA] and "kgate_l2_flush" in a["flush_kernels"]
         assert a["bound"]["best_case_speedup"] == pytest.approx(2.56 / (2.56 - 0.005 - 268_435_456 / 4.3e9))
@@ -128,7 +140,7 @@ class TestPairTable:
     def test_an_optimized_row(self) -> None:
         """Protocol's D64 shape: 1.73 ms pair -> 1.6 ms fused; implied endpoint 3.72 / (3.72 - 0.13)."""
         cand = measured({FUSED: (1, 1600.0), "chunk_fwd_kernel_h": (2, 900.0)}, 3_000_000_000 - TEMP, 3.6)
-        r = pair_row(SPEC, ROW, BASE, cand, tol=0.05)
+        r = pair_row(SPEC, ROW, BASE, cand, tol=0.05, enabled=FUSED_ENABLES)
         assert r["path"] == "optimized" and r["removed_launches_per_call"] == 0
         assert r["baseline_pair_us"] == 1730.0 and r["candidate_pair_us"] == 1600.0
         assert r["pair_speedup"] == pytest.approx(1730 / 1600)
@@ -139,18 +151,28 @@ class TestPairTable:
 
     def test_a_fallback_row_counts_as_one_and_must_keep_its_memory(self) -> None:
         cand = measured({INTRA: (1, 1040.0), INTER: (1, 690.0), "chunk_fwd_kernel_h": (2, 900.0)}, 3_000_000_000, 3.7)
-        r = pair_row(SPEC, ROW, BASE, cand, tol=0.05)
+        r = pair_row(SPEC, ROW, BASE, cand, tol=0.05, enabled=("BT64-D128-dense",))
         assert r["path"] == "fallback" and r["implied_endpoint_speedup"] == 1.0 and r["memory_ok"]
+        assert "BT64-D64-dense is not enabled" in r["path_reason"]
+
+    def test_an_enabled_class_that_still_launches_the_removed_kernel_fails_the_path_gate(self) -> None:
+        """The dispatch class decides the path; the kernels must agree with it."""
+        cand = measured({INTRA: (1, 1040.0), INTER: (1, 690.0), "chunk_fwd_kernel_h": (2, 900.0)}, 3_000_000_000, 3.7)
+        r = pair_row(SPEC, ROW, BASE, cand, tol=0.05, enabled=FUSED_ENABLES)
+        assert r["path"] == "optimized" and r["removed_launches_per_call"] == 1
+        gates = {g.name: g for g in candidate_gates(SPEC, [r], {}, "fwdbwd", 0.05, 0.5, "e")}
+        assert gates["path_matches_dispatch"].status == "fail"
+        assert "BT64-D64-dense enabled) still launches" in gates["path_matches_dispatch"].detail
         dropped = measured({INTRA: (1, 1040.0), INTER: (1, 690.0)}, 3_000_000_000 - TEMP, 3.7)
         assert not pair_row(SPEC, ROW, BASE, dropped, tol=0.05)["memory_ok"]
 
     def test_an_optimized_row_with_replacement_scratch_fails_the_memory_rule(self) -> None:
         cand = measured({FUSED: (1, 1600.0)}, 3_000_000_000 - TEMP // 2, 3.6)
-        assert not pair_row(SPEC, ROW, BASE, cand, tol=0.05)["memory_ok"]
+        assert not pair_row(SPEC, ROW, BASE, cand, tol=0.05, enabled=FUSED_ENABLES)["memory_ok"]
 
     def test_a_new_kernel_the_campaign_does_not_name_is_a_hidden_replacement(self) -> None:
         cand = measured({FUSED: (1, 1200.0), "sneaky_dq_kernel": (1, 10.0)}, 3_000_000_000 - TEMP, 3.5)
-        r = pair_row(SPEC, ROW, BASE, cand, tol=0.05)
+        r = pair_row(SPEC, ROW, BASE, cand, tol=0.05, enabled=FUSED_ENABLES)
         assert hidden_kernels(SPEC, [r]) == ["sneaky_dq_kernel"]
         gates = {g.name: g for g in candidate_gates(SPEC, [r], {}, "fwdbwd", 0.05, 0.5, "e")}
         assert gates["no_hidden_kernels"].status == "fail" and "sneaky_dq_kernel" in gates["no_hidden_kernels"].detail
@@ -158,8 +180,9 @@ class TestPairTable:
     def test_pair_speedups_that_cannot_carry_the_bar_stop(self) -> None:
         """The protocol's B300 table: D64 1.066x, D128 0.952x: the endpoint cannot reach 1.08x."""
         slow = measured({FUSED: (1, 1730 / 0.952)}, 3_000_000_000 - TEMP, 3.8)
-        rows = [pair_row(SPEC, ROW, BASE, measured({FUSED: (1, 1730 / 1.066)}, 3_000_000_000 - TEMP, 3.6), 0.05),
-                pair_row(SPEC, ROW, BASE, slow, 0.05)]
+        rows = [pair_row(SPEC, ROW, BASE, measured({FUSED: (1, 1730 / 1.066)}, 3_000_000_000 - TEMP, 3.6), 0.05,
+                         FUSED_ENABLES),
+                pair_row(SPEC, ROW, BASE, slow, 0.05, FUSED_ENABLES)]
         g = pair_gate(rows, 1.08, cpu=False, evidence="e")
         assert g.status == "stop" and g.value < 1.08 and "0.952x" in g.detail
         assert pair_gate(rows, 1.08, cpu=True, evidence="e").status == "skip"
@@ -194,7 +217,8 @@ class TestResources:
                 "cand": {"launched_by_row": {f"{ROW.name}:fwdbwd": cand}}}
 
     def rows(self) -> list[dict]:
-        return [pair_row(SPEC, ROW, BASE, measured({FUSED: (1, 1500.0)}, 3_000_000_000 - TEMP, 3.5), 0.05)]
+        return [pair_row(SPEC, ROW, BASE, measured({FUSED: (1, 1500.0)}, 3_000_000_000 - TEMP, 3.5), 0.05,
+                         FUSED_ENABLES)]
 
     def test_a_clean_fused_kernel_passes(self) -> None:
         got = class_resources(SPEC, self.rows(), self.resources([self.variant(FUSED, 200, 4)]), "fwdbwd", 0.5)

@@ -2,7 +2,7 @@
 
 Method
 ------
-Each workload (``dense``, ``varlen``) is a two-sequence crossover like a
+Each workload the campaign trains (``dense``, ``varlen``) is a two-sequence crossover like a
 bench row: round ``i`` is one block of training steps per arm, the arm that
 goes first alternating (AB, BA, ...). A round's statistic per arm is the
 block's time per step (ms). Both arms train on the same tokens per step, so
@@ -40,34 +40,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from kgate import stats
 from kgate.gates.bench import cpu_skip
+from kgate.measure.model_spec import WORKLOADS, ModelThresholds
+
+__all__ = ["WORKLOADS", "ModelThresholds", "block_rounds", "decide_all", "describe", "evaluate", "gate_workload",
+           "should_stop"]
 from kgate.records import Gate
-
-WORKLOADS = ("dense", "varlen")
-
-
-@dataclass(frozen=True, slots=True)
-class ModelThresholds:
-    """What the model gates read (from the campaign's ``model.gates`` and the run's ``blocks``)."""
-
-    dense_gain_min: float = 0.03
-    varlen_tolerance: float = 0.02
-    resolution: float = 0.02
-    min_blocks: int = 5
-    max_blocks: int = 15
-    cpu: bool = False
-
-    def controller(self) -> stats.ControllerConfig:
-        return stats.ControllerConfig(min_rounds=self.min_blocks, max_rounds=max(self.max_blocks, self.min_blocks),
-                                      resolution=self.resolution)
-
-    def bar(self, workload: str) -> float:
-        """The ratio the interval is compared with: 1 + gain for dense, 1/(1 + tol) for varlen."""
-        return 1.0 + self.dense_gain_min if workload == "dense" else 1.0 / (1.0 + self.varlen_tolerance)
 
 
 def block_rounds(recorded: Sequence[dict[str, Any]], workload: str) -> list[stats.Round]:
@@ -84,7 +65,7 @@ def block_rounds(recorded: Sequence[dict[str, Any]], workload: str) -> list[stat
 
 def decide_all(recorded: Sequence[dict[str, Any]], cfg: ModelThresholds) -> dict[str, stats.Decision]:
     ctl = cfg.controller()
-    return {w: stats.decide(block_rounds(recorded, w), ctl) for w in WORKLOADS}
+    return {w: stats.decide(block_rounds(recorded, w), ctl) for w in cfg.workloads}
 
 
 def gate_workload(workload: str, decision: stats.Decision, cfg: ModelThresholds, evidence: str) -> Gate:
@@ -117,8 +98,8 @@ def gate_workload(workload: str, decision: stats.Decision, cfg: ModelThresholds,
 
 
 def evaluate(decisions: dict[str, stats.Decision], cfg: ModelThresholds, evidence: str) -> list[Gate]:
-    """Both workloads' gates; on CPU each is shown as skip with what it would be."""
-    gates = [gate_workload(w, decisions[w], cfg, evidence) for w in WORKLOADS]
+    """Each workload's gate (``cfg.workloads``); on CPU each is shown as skip with what it would be."""
+    gates = [gate_workload(w, decisions[w], cfg, evidence) for w in cfg.workloads]
     return [cpu_skip(g) for g in gates] if cfg.cpu else gates
 
 
@@ -130,11 +111,11 @@ def should_stop(decisions: dict[str, stats.Decision], cfg: ModelThresholds) -> t
         return True, f"the cap of {ctl.max_rounds} blocks per arm"
     if n < ctl.min_rounds or not ctl.is_look(n):
         return False, f"{n} block(s) per arm; next look at {next(k for k in ctl.looks() if k > n)}"
-    raw = [gate_workload(w, decisions[w], cfg, "") for w in WORKLOADS]
+    raw = [gate_workload(w, decisions[w], cfg, "") for w in cfg.workloads]
     open_ = [g.name for g in raw if g.status not in ("pass", "fail")]
     if open_:
         return False, f"look at {n} blocks: {', '.join(open_)} undecided"
-    return True, f"look at {n} blocks: both gates decided"
+    return True, f"look at {n} blocks: every gate decided"
 
 
 def describe(workload: str, recorded: Sequence[dict[str, Any]], decision: stats.Decision,

@@ -64,7 +64,7 @@ class Regexes:
 
     baseline: re.Pattern[str]
     candidate: re.Pattern[str]
-    removed: re.Pattern[str]
+    removed: re.Pattern[str] | None
     replacement: re.Pattern[str] | None
 
 
@@ -112,6 +112,7 @@ def with_derived(side: dict[str, Any], mm: MetricMap) -> dict[str, Any]:
 def compare_row(row: str, base: list[dict[str, Any]], cand: list[dict[str, Any]], rx: Regexes, mm: MetricMap,
                 expected: dict[str, int]) -> dict[str, Any]:
     """The comparison of one row: both sides combined, the metric table, removed launches, stalls."""
+    rm = rx.removed
     base_side = [k for k in base if rx.baseline.search(k["kernel"])]
     cand_side = [k for k in cand if rx.baseline.search(k["kernel"]) or rx.candidate.search(k["kernel"])]
     b = with_derived(_combined(base_side, mm), mm)
@@ -126,9 +127,9 @@ def compare_row(row: str, base: list[dict[str, Any]], cand: list[dict[str, Any]]
         "row": row,
         "baseline_kernels": [k["kernel"] for k in base_side],
         "candidate_kernels": [k["kernel"] for k in cand_side],
-        "removed_launches": {"base": sum(k["launches"] for k in base if rx.removed.search(k["kernel"])),
-                             "cand": sum(k["launches"] for k in cand if rx.removed.search(k["kernel"]))},
-        "replacement_kernels": [k["kernel"] for k in cand_side if not rx.removed.search(k["kernel"])],
+        "removed_launches": None if rm is None else {"base": sum(k["launches"] for k in base if rm.search(k["kernel"])),
+                                                     "cand": sum(k["launches"] for k in cand if rm.search(k["kernel"]))},
+        "replacement_kernels": [k["kernel"] for k in cand_side if rm is None or not rm.search(k["kernel"])],
         "baseline": b, "candidate": c, "metrics": metrics,
         "tensor_ops": {"base": b.get("tensor_ops", UNAVAILABLE), "cand": c.get("tensor_ops", UNAVAILABLE)},
         "top_stalls": {"base": top_stalls(b.get("stall_samples", UNAVAILABLE)),
@@ -160,7 +161,10 @@ def _gate(name: str, threshold: str, rows: list[tuple[str, str, str]], evidence:
     return Gate(name, threshold, value, status, evidence=evidence, unit=unit, detail="; ".join(bad) or None)
 
 
-def removed_launch_gate(rows: list[dict[str, Any]], evidence: str) -> Gate:
+def removed_launch_gate(rows: list[dict[str, Any]], evidence: str) -> Gate | None:
+    """None when the mechanism removes no kernel (``removed_launches`` is None on every row)."""
+    if all(r["removed_launches"] is None for r in rows):
+        return None
     out = []
     for r in rows:
         nb, nc = r["removed_launches"]["base"], r["removed_launches"]["cand"]
@@ -288,7 +292,8 @@ def completeness_gate(capped: list[str], launch_count: int, evidence: str) -> Ga
 def gates(rows: list[dict[str, Any]], th: Thresholds, census_hidden: list[str] | None, census_source: str,
           capped: list[str], launch_count: int, evidence: str) -> list[Gate]:
     """Every comparison gate of the stage, in the order the report shows them."""
-    return [completeness_gate(capped, launch_count, evidence), removed_launch_gate(rows, evidence),
-            traffic_gate(rows, th.traffic_tolerance, evidence), hidden_gate(census_hidden, census_source, evidence),
-            spill_gate(rows, th.spill_ratio_max, evidence), occupancy_gate(rows, th.occupancy_min_ratio, evidence),
-            work_gate(rows, th.work_tolerance, evidence)]
+    out = [completeness_gate(capped, launch_count, evidence), removed_launch_gate(rows, evidence),
+           traffic_gate(rows, th.traffic_tolerance, evidence), hidden_gate(census_hidden, census_source, evidence),
+           spill_gate(rows, th.spill_ratio_max, evidence), occupancy_gate(rows, th.occupancy_min_ratio, evidence),
+           work_gate(rows, th.work_tolerance, evidence)]
+    return [g for g in out if g is not None]

@@ -23,6 +23,7 @@ from kgate import paths
 from kgate.campaign import Campaign
 from kgate.errors import ConfigError
 from kgate.hashing import sha256_file
+from kgate.measure.mechanism import DTYPE_BYTES, Mechanism, Temporary
 
 CPU_TIMING_NOTE = "CPU timings are not meaningful"
 
@@ -119,16 +120,6 @@ def matching(names: dict[str, Any], rx: re.Pattern[str] | None) -> dict[str, Any
 
 
 @dataclass(frozen=True, slots=True)
-class Temporary:
-    name: str
-    bytes_expr: str
-    accesses: int
-
-    def nbytes(self, row: Row) -> int:
-        return int(eval_expression(self.bytes_expr, row.variables(), f"measure.temporaries.{self.name}.bytes"))
-
-
-@dataclass(frozen=True, slots=True)
 class MeasureSpec:
     """The resolved ``measure`` (+ ``profile``, ``bench``) sections for one device kind."""
 
@@ -139,15 +130,18 @@ class MeasureSpec:
     dtype: str
     seed: int
     differentiate: tuple[int, ...]
-    class_key: str
+    class_key: str | None
     classes: tuple[Any, ...]
     bar: float
     registry: str | None
+    registry_format: str | None
     explicit_rows: tuple[Row, ...]
-    removed: str
+    mechanism: Mechanism
     replaced: str | None
     replacement: str | None
-    temporaries: tuple[Temporary, ...]
+    dispatch_of: str | None
+    writes_inputs: bool
+    known_classes: tuple[str, ...]
     profile: dict[str, Any]
     bench: dict[str, Any]
     cpu_settings: dict[str, Any]
@@ -155,14 +149,21 @@ class MeasureSpec:
     env_record: tuple[str, ...]
 
     @property
-    def removed_rx(self) -> re.Pattern[str]:
-        rx = compile_regex(self.removed, "measure.kernels.removed")
-        assert rx is not None
-        return rx
+    def removed(self) -> str | None:
+        """The ``removes`` kind's kernels (None when the mechanism removes nothing)."""
+        return self.mechanism.removed
+
+    @property
+    def temporaries(self) -> tuple[Temporary, ...]:
+        return self.mechanism.temporaries
+
+    @property
+    def removed_rx(self) -> re.Pattern[str] | None:
+        return compile_regex(self.removed, "measure.mechanism.removes.kernels")
 
     @property
     def replaced_rx(self) -> re.Pattern[str]:
-        rx = compile_regex(self.replaced or self.removed, "measure.kernels.replaced")
+        rx = compile_regex(self.replaced or self.mechanism.named(), "measure.kernels.replaced")
         assert rx is not None
         return rx
 
@@ -170,18 +171,75 @@ class MeasureSpec:
     def replacement_rx(self) -> re.Pattern[str] | None:
         return compile_regex(self.replacement, "measure.kernels.replacement")
 
-    @property
-    def endpoints(self) -> tuple[str, ...]:
-        """Row kinds whose gated rows the benchmark's endpoint gates judge (``bench.endpoints``)."""
-        return tuple(self.bench.get("endpoints", ("dense", "varlen")))
+    def endpoints(self, gated: list[Row] | tuple[Row, ...]) -> tuple[str, ...]:
+        """Row kinds whose gated rows the benchmark's endpoint gates judge (``bench.endpoints``; null: every
+        kind the gated rows have, in their order)."""
+        listed = self.bench.get("endpoints")
+        if listed is not None:
+            return tuple(listed)
+        return tuple(dict.fromkeys(r.kind for r in gated))
+
+    def variables(self, row: Row) -> dict[str, float]:
+        """The names a byte or flop expression may use: the row's numeric values and ``dtype_bytes``."""
+        return {"dtype_bytes": float(DTYPE_BYTES[self.dtype]), **row.variables()}
+
+    def evaluate(self, row: Row, expr: str | int | float, key: str) -> float:
+        return eval_expression(expr, self.variables(row), f"measure.mechanism.{key}")
+
+    def temporary_bytes(self, row: Row, t: Temporary) -> int:
+        """One temporary's size on ``row``."""
+        return int(self.evaluate(row, t.bytes_expr, f"removes.temporaries.{t.name}.bytes"))
 
     def expected_bytes(self, row: Row) -> int:
         """Bytes of the temporaries the hypothesis removes (each allocated once per call)."""
-        return sum(t.nbytes(row) for t in self.temporaries)
+        return sum(self.temporary_bytes(row, t) for t in self.temporaries)
 
     def removed_traffic_bytes(self, row: Row) -> int:
         """Global-memory traffic the hypothesis removes: each temporary's bytes times its accesses."""
-        return sum(t.nbytes(row) * t.accesses for t in self.temporaries)
+        return sum(self.temporary_bytes(row, t) * t.accesses for t in self.temporaries)
+
+    def row_class(self, row: Row) -> str | None:
+        """The row's dispatch class: its ``dispatch`` value, else ``measure.dispatch_of`` formatted over its values
+        and kind, else None."""
+        own = row.values.get("dispatch")
+        if own is not None:
+            klass, key = str(own), f"rows.{row.name}.dispatch"
+        elif self.dispatch_of is None:
+            return None
+        else:
+            key = "measure.dispatch_of"
+            try:
+                klass = self.dispatch_of.format(kind=row.kind, **row.values)
+            except (KeyError, IndexError, ValueError) as exc:
+                raise ConfigError(f"campaign {self.campaign}: key '{key}': '{self.dispatch_of}' cannot be formatted "
+                                  f"for row {row.name} ({type(exc).__name__}: {exc}; row values: "
+                                  f"{', '.join(sorted(row.values))}, kind)") from exc
+        if klass not in self.known_classes:
+            raise ConfigError(f"campaign {self.campaign}: key '{key}': row {row.name} has dispatch class {klass!r}, "
+                              f"not one of dispatch.classes ({', '.join(self.known_classes) or 'none declared'})")
+        return klass
+
+    def row_path(self, row: Row, enabled: tuple[str, ...] | list[str], cand_kernels: dict[str, Any],
+                 iterations: int) -> tuple[str, str]:
+        """(``optimized`` | ``fallback``, why) of one row of the candidate.
+
+        The row's dispatch class decides when it has one: optimized when the candidate enables
+        the class. A row without a class is decided by the removed kernels when the mechanism
+        removes some (still launched: fallback), else it is optimized (an in-place change
+        applies on every row).
+        """
+        klass = self.row_class(row)
+        if klass is not None:
+            on = klass in enabled
+            return ("optimized" if on else "fallback"), (f"dispatch class {klass} is "
+                                                         f"{'enabled' if on else 'not enabled'} by the candidate")
+        rx = self.removed_rx
+        if rx is not None:
+            n = sum(k["launches"] for name, k in cand_kernels.items() if rx.search(name)) / max(iterations, 1)
+            if n > 0:
+                return "fallback", f"the candidate still launches /{self.removed}/ ({n:g} per call)"
+            return "optimized", f"the candidate launches no /{self.removed}/"
+        return "optimized", "no dispatch class: the in-place change applies on every row"
 
     def worker_init(self) -> dict[str, Any]:
         """The ``init`` request every worker of this campaign receives (identical for both arms)."""
@@ -189,7 +247,7 @@ class MeasureSpec:
                 "seed": self.seed, "differentiate": list(self.differentiate), "cpu": self.cpu,
                 "cpu_setup": str(self.cpu_setup) if self.cpu_setup else None,
                 "flush_bytes": self.cpu_settings.get("flush_bytes") if self.cpu else None,
-                "env_record": list(self.env_record)}
+                "env_record": list(self.env_record), "writes_inputs": self.writes_inputs}
 
     # row selection ------------------------------------------------------------
 
@@ -245,16 +303,22 @@ def load_spec(campaign: Campaign, gpu: str) -> MeasureSpec | None:
     rows_src = m["cpu"]["rows"] if cpu else m.get("rows", [])
     rows = tuple(row_from_spec(r, f"{campaign.path}: key '{'measure.cpu.rows' if cpu else 'measure.rows'}'")
                  for r in rows_src)
-    kernels = m["kernels"]
-    temps = tuple(Temporary(t["name"], str(t["bytes"]), int(t.get("accesses", 2))) for t in m.get("temporaries", []))
+    kernels = m.get("kernels") or {}
+    try:
+        mech = Mechanism.from_data(m["mechanism"])
+    except ConfigError as exc:
+        raise ConfigError(f"{campaign.path}: {exc}") from exc
     setup = d["gate"].get("cpu_setup")
+    reg = m.get("registry") or {}
     spec = MeasureSpec(
         campaign=campaign.name, cpu=cpu, callable=m["callable"], inputs=inputs, dtype=m["dtype"],
         seed=int(m["seed"]), differentiate=tuple(int(i) for i in m["differentiate"]),
-        class_key=m["class_key"], classes=tuple(m["classes"]), bar=float(m["bar"]),
-        registry=m.get("registry"), explicit_rows=rows,
-        removed=kernels["removed"], replaced=kernels.get("replaced"), replacement=kernels.get("replacement"),
-        temporaries=temps, profile=d.get("profile") or {}, bench=d.get("bench") or {},
+        class_key=m.get("class_key"), classes=tuple(m.get("classes") or ()), bar=float(m["bar"]),
+        registry=reg.get("op"), registry_format=reg.get("format"), explicit_rows=rows, mechanism=mech,
+        replaced=kernels.get("replaced"), replacement=kernels.get("replacement"), dispatch_of=m.get("dispatch_of"),
+        writes_inputs=bool(m.get("writes_inputs", False)),
+        known_classes=tuple(k["name"] for k in (d.get("dispatch") or {}).get("classes", [])),
+        profile=d.get("profile") or {}, bench=d.get("bench") or {},
         cpu_settings=m["cpu"], cpu_setup=(paths.PROJECT / setup) if (cpu and setup) else None,
         env_record=tuple(d.get("env", {}).get("record", [])))
     # fail at construction: every regex and expression the stages will use
@@ -262,7 +326,15 @@ def load_spec(campaign: Campaign, gpu: str) -> MeasureSpec | None:
     if ":" not in spec.callable:
         raise ConfigError(f"{campaign.path}: key 'measure.callable': expected 'module.path:name', got '{spec.callable}'")
     for row in rows:
-        spec.expected_bytes(row)
+        for key, expr in mech.expressions():
+            try:
+                value = eval_expression(expr, spec.variables(row), key)
+            except ConfigError as exc:
+                raise ConfigError(f"{campaign.path}: {exc} (row {row.name})") from exc
+            if value < 0:
+                raise ConfigError(f"{campaign.path}: key '{key}': '{expr}' is {value:g} for row {row.name} "
+                                  "(bytes and flops are never negative)")
+        spec.row_class(row)
     return spec
 
 

@@ -3,8 +3,8 @@ copy bandwidth, and the rows of an fla-style benchmark registry.
 
 Method: ``launch_cost`` is the median over repeats of kgate's one-store kernel launched back to back
 (CUDA events; the max of host submit and device cost); ``bandwidth`` the median time of one
-``dst.copy_(src)`` (bytes read + written per second). On CPU both use ``time.perf_counter`` under the
-interpreter and are not meaningful.
+``dst.copy_(src)`` and ``flops`` the matrix-product rates per precision (both kgate.measure.peaks). On CPU
+all use ``time.perf_counter`` under the interpreter and are not meaningful.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from kgate.measure import peaks
 from kgate.measure.census import compiled_variants, kernel_name, source_sha, triton_objects
 from kgate.measure.worker_calls import Calls
 
@@ -79,35 +80,12 @@ class Facts(Calls):
                           f"{'CUDA events' if s.cuda else 'perf_counter under the interpreter'}, median of {repeats}"}
 
     def bandwidth(self, nbytes: int, repeats: int = 10) -> dict[str, Any]:
-        """Device copy bandwidth: bytes read + written per second by ``dst.copy_(src)``."""
-        s, torch = self.s, self.s.torch
-        if s.cuda:
-            free, _total = torch.cuda.mem_get_info()
-            nbytes = int(min(nbytes, free // 4))
-        n = nbytes // 4
-        src = torch.ones(n, dtype=torch.float32, device=s.device)
-        dst = torch.empty_like(src)
-        dst.copy_(src)
-        self._sync()
-        times = []
-        for _ in range(repeats):
-            if s.cuda:
-                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                a.record()
-                dst.copy_(src)
-                b.record()
-                torch.cuda.synchronize()
-                times.append(a.elapsed_time(b) / 1e3)
-            else:
-                t0 = time.perf_counter()
-                dst.copy_(src)
-                times.append(time.perf_counter() - t0)
-        med = statistics.median(times)
-        del src, dst
-        if s.cuda:
-            torch.cuda.empty_cache()
-        return {"bytes_per_s": 2 * n * 4 / med, "buffer_bytes": n * 4, "median_s": med, "samples_s": times,
-                "method": f"copy_ of {n * 4} bytes (read + write = {2 * n * 4} bytes), median of {repeats}"}
+        """Device copy bandwidth: bytes read + written per second by ``dst.copy_(src)`` (kgate.measure.peaks)."""
+        return peaks.copy_bandwidth(self.s.torch, self.s.device, self.s.cuda, nbytes, repeats)
+
+    def flops(self, repeats: int = 5) -> dict[str, Any]:
+        """Matrix-product FLOP/s per precision (kgate.measure.peaks)."""
+        return peaks.flop_rates(self.s.torch, self.s.device, self.s.cuda, repeats)
 
     def registry(self, spec: str) -> dict[str, Any]:
         """Rows of an fla-style benchmark registry: ``get_op(name)``, ``SHAPE_CONFIGS``, ``dim_constraints``."""

@@ -137,3 +137,26 @@ def check_device_class(expected: str | None, dev: Device) -> Check:
                                    f"'{dev.klass}' ({dev.name}): set --config gpu={dev.klass} or give the GPU "
                                    f"rules '{expected}' nodes (the profile's gpu_model)")
     return Check(name, "pass", f"device class '{expected}' ({dev.name})")
+
+
+def measure_peaks(*, run: Runner = run_cmd, timeout: float = 300.0) -> tuple[Check, dict | None]:
+    """The device's measured copy bandwidth and matrix-product FLOP rates (``python -m kgate.measure.peaks``),
+    for the roofline bounds of profile_baseline. A probe that fails is ``unavailable`` (profile_baseline then
+    measures the peaks itself), never a failed preflight."""
+    name = "device_peaks"
+    p = run([sys.executable, "-m", "kgate.measure.peaks"], timeout)
+    info = None
+    for line in reversed(p.out.splitlines()):
+        if line.startswith("{"):
+            try:
+                info = json.loads(line)
+            except ValueError:
+                info = None
+            break
+    if p.rc != 0 or not info:
+        err = [ln.strip() for ln in p.err.splitlines() if ln.strip()]
+        return Check(name, "unavailable", f"the peak probes did not run: {err[-1] if err else p.first_error}"), None
+    rates = info["flops"]["flops_per_s"]
+    text = ", ".join(f"{k} {v / 1e12:.0f}" for k, v in rates.items())
+    return Check(name, "pass", f"{info['device']}: copy {info['bandwidth']['bytes_per_s'] / 1e9:.0f} GB/s; "
+                               f"TFLOP/s {text}"), info

@@ -62,7 +62,7 @@ from kgate.gates.bench import (
 from kgate.measure import checkpoints, host_ahead
 from kgate.measure import coordinator as measure
 from kgate.measure.arms import Arm
-from kgate.measure.profile import not_measured, per_call
+from kgate.measure.profile import not_measured
 from kgate.measure.rows import MeasureSpec, Row
 from kgate.records import StageResult
 from kgate.stages.common import ROUNDS_SHARE, Context, timed_arms
@@ -157,9 +157,9 @@ def run(ctx: Context) -> StageResult:
     spec = measure.load_spec(c, gpu)
     if spec is None:
         return not_measured(ctx, "bench")
-    cfg = BenchConfig.from_spec(spec)
     fx, pb, build = ctx.inputs["fixture_freeze"], ctx.inputs["profile_baseline"], ctx.inputs["candidate_build"]
     plan = Plan.build(spec, measure.table_from_record(pb))
+    cfg = BenchConfig.from_spec(spec, [row for _k, row, _m, role in plan.items if role == "gated"])
     kinds = {row.kind for _k, row, _m, role in plan.items if role == "gated"}
     missing = [k for k in cfg.endpoints if k not in kinds]
     if missing:
@@ -210,11 +210,11 @@ def _measure(ctx: Context, spec: MeasureSpec, cfg: BenchConfig, plan: Plan, arms
     recorded, decisions, resumed_from, resume_note = run_rounds(arms, plan, samples, telemetry, ctl, ckpt, key_parts,
                                                                 ours)
     outcomes, row_data = [], []
+    enabled = tuple(build["data"].get("enables") or ())
     for key, row, mode, role in plan.items:
         d = decisions[key]
         pb_, pc_ = profiled[key]["base"], profiled[key]["cand"]
-        removed, _ = per_call(pc_["kernels"], pc_["iterations"], spec.removed_rx)
-        path = "control" if role == "control" else ("fallback" if removed > 0 else "optimized")
+        path = "control" if role == "control" else spec.row_path(row, enabled, pc_["kernels"], pc_["iterations"])[0]
         diff = autotune_diff(row.name, mode, autotune, sources)
         o = RowOutcome(key=key, row=row.name, mode=mode, role=role, kind=row.kind, klass=row.klass(spec.class_key),
                        path=path, decision=d, peak_base=pb_["peak_bytes"], peak_cand=pc_["peak_bytes"],

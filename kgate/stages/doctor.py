@@ -239,6 +239,7 @@ REQUIREMENTS = {
     "device_class": "this node has the run's device class",
     "ncu": "ncu reads the counters of one kernel",
     "gpu_arch": "PyTorch and Triton compile and run for this GPU",
+    "device_peaks": "the device's copy bandwidth and FLOP rates are measured (the roofline bounds' ceilings)",
 }
 
 
@@ -295,10 +296,15 @@ def run_preflight(args: argparse.Namespace, run: Runner = run_cmd, *, job: Mappi
         where = f"node {job['node']}, Slurm job {job['job_id']}" if cluster.in_slurm_job(job) else "no Slurm job"
         raise PreflightError(f"preflight failed ({where}); no stage ran: "
                              + "; ".join(f"{c.name}: {c.message}" for c in failed))
+    peaks = None
+    if args.gpu != "cpu":
+        peak_check, peaks = node.measure_peaks(run=run)
+        print_checks([peak_check])
+        checks.append(peak_check)
     gates = [Gate(c.name, REQUIREMENTS[c.name], c.message, c.status) for c in checks]
     data = {"schema": SCHEMA, "profile": site.profile, "partition": site.partition or job.get("partition"),
             "target_path": site.target_path, "cache_dirs": list(site.cache_dirs),
-            "checks": [asdict(c) for c in checks]}
+            "checks": [asdict(c) for c in checks], "device_peaks": peaks}
     prov = provenance.collect(clock=clock, device=dev.as_dict(),
                               env_patterns=camp.data.get("env", {}).get("record", []), local_rule=False)
     record = build_record(stage="doctor", campaign=camp.name, gpu=args.gpu, candidate=None,

@@ -35,10 +35,11 @@ def run(ctx: Context) -> StageResult:
     fx = c.data["fixture"]
     variant = overlay.select(paths.PROJECT / fx["overlay"], c.target_identity)
     touched = overlay.apply(variant, wt)
-    outside = [p for p in touched if not any(fnmatch.fnmatchcase(p, g) for g in fx["test_paths"])]
+    allowed = c.fixture_test_paths
+    outside = [p for p in touched if not any(fnmatch.fnmatchcase(p, g) for g in allowed)]
     if outside:
         raise ConfigError(f"key 'fixture.overlay': the fixture edits non-test path(s) {outside} "
-                          f"(allowed: {fx['test_paths']})")
+                          f"(allowed by fixture.test_paths: {list(allowed)})")
     bench_base = git.commit_all(wt, f"kgate: fixture for {c.name} ({fx['overlay']})")
     spec = ctx.gate_spec()
     cache = paths.triton_cache(c.name, gpu, "gate")

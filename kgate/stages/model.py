@@ -36,18 +36,18 @@ from __future__ import annotations
 import socket
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kgate import paths, stats
-from kgate.campaign import Campaign
 from kgate.errors import ConfigError, IncompleteData, KgateError, ProvenanceMismatch
 from kgate.gates.bench import exclusive_gate
-from kgate.gates.model import WORKLOADS, ModelThresholds, decide_all, describe, evaluate, should_stop
+from kgate.gates.model import WORKLOADS, decide_all, describe, evaluate, should_stop
 from kgate.measure import checkpoints
 from kgate.measure import coordinator as measure
 from kgate.measure.arms import Arm, Deadline
+from kgate.measure.model_spec import ModelSpec, declared_absent, load_spec
 from kgate.measure.rows import CPU_TIMING_NOTE
 from kgate.records import Gate, StageResult
 from kgate.source import packages
@@ -60,92 +60,14 @@ CALIBRATION_CHECKPOINT = "blocks.calibration.jsonl"
 CHECKPOINT_SCHEMA = "kgate.stages.model-blocks/1"
 
 
-@dataclass(frozen=True, slots=True)
-class ModelSpec:
-    """The campaign's ``model`` section resolved for one device kind (``gpu`` or ``cpu`` run settings)."""
-
-    campaign: str
-    cpu: bool
-    config_class: str
-    model_class: str
-    layers_key: str
-    varlen_key: str
-    dtype: str
-    seed: int
-    optimizer: dict[str, Any]
-    packages: tuple[dict[str, Any], ...]
-    run: dict[str, Any]
-    thresholds: ModelThresholds
-    cpu_setup: Path | None
-    env_record: tuple[str, ...] = field(default=())
-
-    @property
-    def layers(self) -> int:
-        return int(self.run["layers"])
-
-    @property
-    def tokens_per_step(self) -> int:
-        return int(self.run["batch"]) * int(self.run["seq_len"])
-
-    def layer_plan(self) -> list[int]:
-        """Layer counts to try: the requested one, then halved while not below ``min_layers`` (none if null)."""
-        plan = [self.layers]
-        floor = self.run.get("min_layers")
-        if floor is None:
-            return plan
-        while plan[-1] > int(floor):
-            plan.append(max(int(floor), plan[-1] // 2))
-        return plan
-
-    def settings(self, package_dirs: list[tuple[str, str]]) -> dict[str, Any]:
-        """The harness's settings (kgate/measure/harness/train_throughput.py), the same for both arms."""
-        r = self.run
-        return {"config_class": self.config_class, "model_class": self.model_class, "config": dict(r["config"]),
-                "layers": self.layers, "layers_key": self.layers_key, "varlen_key": self.varlen_key,
-                "batch": int(r["batch"]), "seq_len": int(r["seq_len"]), "varlen_sequences": int(r["varlen_sequences"]),
-                "warmup_steps": int(r["warmup_steps"]), "steps_per_block": int(r["steps_per_block"]),
-                "dtype": self.dtype, "seed": self.seed, "optimizer": dict(self.optimizer), "cpu": self.cpu,
-                "cpu_setup": str(self.cpu_setup) if self.cpu_setup else None,
-                "package_dirs": [list(p) for p in package_dirs], "env_record": list(self.env_record)}
-
-
-def load_spec(campaign: Campaign, gpu: str) -> ModelSpec | None:
-    """The campaign's model settings for this device kind, or None when it has no ``model`` section."""
-    d = campaign.data
-    m = d.get("model")
-    if not m:
-        return None
-    cpu = gpu == "cpu"
-    run = m["cpu" if cpu else "gpu"]
-    blocks = run.get("blocks") or {}
-    gates = m.get("gates") or {}
-    th = ModelThresholds(dense_gain_min=float(gates.get("dense_gain_min", 0.03)),
-                         varlen_tolerance=float(gates.get("varlen_tolerance", 0.02)),
-                         resolution=float(gates.get("resolution", 0.02)), min_blocks=int(blocks.get("min", 5)),
-                         max_blocks=int(blocks.get("max", 15)), cpu=cpu)
-    if th.max_blocks < th.min_blocks:
-        raise ConfigError(f"{campaign.path}: key 'model.{'cpu' if cpu else 'gpu'}.blocks': max {th.max_blocks} "
-                          f"is below min {th.min_blocks}")
-    key = f"{campaign.path}: key 'model.{'cpu' if cpu else 'gpu'}"
-    layers_key = m.get("layers_key", "num_hidden_layers")
-    if layers_key in run["config"]:
-        raise ConfigError(f"{key}.config': sets {layers_key}; the layer count is model.{'cpu' if cpu else 'gpu'}.layers")
-    if int(run["varlen_sequences"]) > int(run["batch"]) * int(run["seq_len"]):
-        raise ConfigError(f"{key}.varlen_sequences': {run['varlen_sequences']} sequences do not fit in "
-                          f"batch x seq_len = {int(run['batch']) * int(run['seq_len'])} tokens")
-    if run.get("min_layers") is not None and int(run["min_layers"]) > int(run["layers"]):
-        raise ConfigError(f"{key}.min_layers': {run['min_layers']} is above layers {run['layers']}")
-    setup = d["gate"].get("cpu_setup")
-    return ModelSpec(campaign=campaign.name, cpu=cpu, config_class=m["config_class"], model_class=m["model_class"],
-                     layers_key=layers_key, varlen_key=m.get("varlen_key", "cu_seqlens"),
-                     dtype=m.get("dtype", "bfloat16"), seed=int(m.get("seed", 20240601)),
-                     optimizer=dict(m.get("optimizer") or {}), packages=tuple(m.get("packages") or ()), run=run,
-                     thresholds=th, cpu_setup=(paths.PROJECT / setup) if (cpu and setup) else None,
-                     env_record=tuple(d.get("env", {}).get("record", [])))
-
-
 def not_measured(ctx: Context) -> StageResult:
-    """A campaign without a model section: nothing to train (skip on CPU, unavailable on a GPU)."""
+    """A campaign without a model section: nothing to train (skip on CPU, unavailable on a GPU). A campaign that
+    declares none (``model.none``) passes with nothing measured: its GO says "kernel-level evidence only"."""
+    reason = declared_absent(ctx.campaign)
+    if reason:
+        return StageResult(gates=[Gate("end_to_end_workload", "an end-to-end workload, or a reason for none",
+                                       "none declared", "pass", detail=f"no end-to-end workload: {reason}")],
+                           data={"measured": False, "declared_absent": reason})
     status = "skip" if ctx.gpu == "cpu" else "unavailable"
     return StageResult(gates=[Gate("model_measured", "the campaign defines a model section", "no model section",
                                    status, detail="the campaign has no 'model' section: no training throughput")],
@@ -219,6 +141,7 @@ class Fitted:
     built: dict[str, dict[str, Any]]
     inputs: dict[str, dict[str, Any]]
     warm: dict[str, dict[str, dict[str, Any]]]
+    varlen: dict[str, dict[str, Any]] | None = None
 
 
 def fit(arms: dict[str, Arm], spec: ModelSpec) -> Fitted:
@@ -241,7 +164,7 @@ def fit(arms: dict[str, Arm], spec: ModelSpec) -> Fitted:
         warm: dict[str, dict[str, dict[str, Any]]] = {"base": {}, "cand": {}}
         if not oom:
             inputs = measure.ask_all(both, "prepare")
-            for w in WORKLOADS:
+            for w in spec.workloads:
                 measure.progress(f"warming {w} ({steps} step(s) per arm)")
                 if spec.cpu:
                     answers = measure.ask_all(both, "warm", workload=w, steps=steps)
@@ -255,7 +178,11 @@ def fit(arms: dict[str, Arm], spec: ModelSpec) -> Fitted:
                     break
         if not oom:
             attempts.append({"layers": layers, "oom": None})
-            return Fitted(layers, attempts, built, inputs, warm)
+            # after the warm-up, so a forward without gradients fits where training steps did
+            varlen = measure.ask_all(both, "varlen_check") if "varlen" in spec.workloads else None
+            if varlen is not None:
+                check_varlen(spec, varlen)
+            return Fitted(layers, attempts, built, inputs, warm, varlen)
         attempts.append({"layers": layers, "oom": oom, "during": during})
         measure.progress(f"out of memory with {layers} layer(s) ({during}): {oom}")
         measure.ask_all(both, "release")
@@ -267,6 +194,16 @@ def fit(arms: dict[str, Arm], spec: ModelSpec) -> Fitted:
                      f"{last['oom']}); {hint}")
 
 
+def check_varlen(spec: ModelSpec, answers: dict[str, dict[str, Any]]) -> None:
+    """A packed batch's loss must change with its boundaries: a model that ignores (or refuses) ``varlen_key`` would
+    train the varlen workload as one dense sequence and name it varlen."""
+    for arm, r in answers.items():
+        if not r["used"]:
+            raise ConfigError(f"campaign {spec.campaign}: key 'model.varlen_key': the model does not use "
+                              f"{spec.varlen_key!r} (arm {arm}: {r['why']}); list only dense in model.workloads, or "
+                              "name the forward argument that takes sequence boundaries")
+
+
 def check_equal(kind: str, by_arm: dict[str, Any]) -> None:
     """The arms must start from the same weights and train on the same tokens."""
     values = list(by_arm.values())
@@ -275,13 +212,14 @@ def check_equal(kind: str, by_arm: dict[str, Any]) -> None:
                                  "deterministic and both arms must run the same model code")
 
 
-def time_round(index: int, arms: dict[str, Arm], steps: int, telemetry: measure.Telemetry) -> dict[str, Any]:
+def time_round(index: int, arms: dict[str, Arm], steps: int, telemetry: measure.Telemetry,
+               workloads: tuple[str, ...] = WORKLOADS) -> dict[str, Any]:
     """One round: a block per workload in each arm, in this round's order; telemetry after each block."""
     order = stats.alternating_orders(index + 1)[-1]
     first, second = ("base", "cand") if order == stats.AB else ("cand", "base")
     cells: dict[str, Any] = {}
     t0 = time.time()
-    for w in WORKLOADS:
+    for w in workloads:
         cell: dict[str, Any] = {}
         for name in (first, second):
             res = arms[name].request("block", workload=w, steps=steps)
@@ -312,7 +250,7 @@ def run_blocks(arms: dict[str, Arm], spec: ModelSpec, telemetry: measure.Telemet
         if deadline.left() < 1.5 * last + 30:
             return recorded, resumed_from, note, (f"the stage's time limit: {deadline.left():.0f} s left, a round "
                                                   f"takes about {last:.0f} s")
-        rnd = time_round(len(recorded), arms, steps, telemetry)
+        rnd = time_round(len(recorded), arms, steps, telemetry, spec.workloads)
         rnd["exclusive"] = measure.foreign_processes(telemetry.compute_apps(), ours)
         checkpoints.append_line(ckpt, rnd)
         recorded.append(rnd)
@@ -330,9 +268,9 @@ def _measure(ctx: Context, spec: ModelSpec, settings: dict[str, Any], pkgs: list
     uuid = device.get("uuid")
     fitted = fit(arms, spec)
     check_equal("initial parameter hashes", {a: r["params_sha256"] for a, r in fitted.built.items()})
-    for w in WORKLOADS:
+    for w in spec.workloads:
         check_equal(f"{w} input hashes", {a: r[w]["sha256"] for a, r in fitted.inputs.items()})
-    warm_s = [sum(fitted.warm[a][w]["wall_s"][-1:]) for a in ("base", "cand") for w in WORKLOADS]
+    warm_s = [sum(fitted.warm[a][w]["wall_s"][-1:]) for a in ("base", "cand") for w in spec.workloads]
     round_estimate = sum(warm_s) * int(spec.run["steps_per_block"])
     th = spec.thresholds
     ckpt = ctx.out_dir / (CALIBRATION_CHECKPOINT if calibration else CHECKPOINT)
@@ -342,7 +280,7 @@ def _measure(ctx: Context, spec: ModelSpec, settings: dict[str, Any], pkgs: list
                  "settings": {k: v for k, v in settings.items() if k != "package_dirs"},
                  "packages": [p["sha256"] for p in pkgs], "layers": fitted.layers,
                  "params_sha256": fitted.built["base"]["params_sha256"],
-                 "inputs": {w: inputs[w]["sha256"] for w in WORKLOADS}, "calibration": calibration}
+                 "inputs": {w: inputs[w]["sha256"] for w in spec.workloads}, "calibration": calibration}
     recorded, resumed_from, resume_note, stopped = run_blocks(arms, spec, telemetry, ckpt, key_parts, ours, deadline,
                                                               round_estimate)
     decisions = decide_all(recorded, th)
@@ -364,14 +302,18 @@ def _measure(ctx: Context, spec: ModelSpec, settings: dict[str, Any], pkgs: list
         "note": CPU_TIMING_NOTE if spec.cpu else None,
         "candidate": ctx.candidate, "candidate_sha": build["data"]["candidate_sha"],
         "bench_base": fx["data"]["bench_base"], "device": device, "telemetry": telemetry.method,
-        "model": {"config_class": spec.config_class, "model_class": spec.model_class,
+        "model": {"config_class": spec.config_class, "model_class": spec.model_class, "builder": spec.builder,
+                  "patch": spec.patch, "target_package": spec.target_package, "workloads": list(spec.workloads),
+                  "varlen_check": fitted.varlen,
                   "config": dict(spec.run["config"]), "parameters": built["parameters"], "dtype": spec.dtype,
                   "seed": spec.seed, "optimizer": {**spec.optimizer, "fused": built["fused_optimizer"]},
                   "packages": pkgs, "resolved_config": built["config"]},
         "layers": layers,
         "schedule": {"batch": int(spec.run["batch"]), "seq_len": int(spec.run["seq_len"]),
-                     "tokens_per_step": spec.tokens_per_step, "varlen_sequences": int(spec.run["varlen_sequences"]),
-                     "varlen_boundaries": inputs["varlen"][spec.varlen_key], "varlen_lengths": inputs["varlen"]["lengths"],
+                     "tokens_per_step": spec.tokens_per_step,
+                     **({"varlen_sequences": int(spec.run["varlen_sequences"]),
+                         "varlen_boundaries": inputs["varlen"][spec.varlen_key],
+                         "varlen_lengths": inputs["varlen"]["lengths"]} if "varlen" in spec.workloads else {}),
                      "warmup_steps": int(spec.run["warmup_steps"]), "steps_per_block": int(spec.run["steps_per_block"]),
                      "blocks": {"min": th.min_blocks, "max": th.max_blocks}},
         "thresholds": {"dense_gain_min": th.dense_gain_min, "varlen_tolerance": th.varlen_tolerance,
@@ -380,10 +322,10 @@ def _measure(ctx: Context, spec: ModelSpec, settings: dict[str, Any], pkgs: list
                        "looks": list(ctl.looks())},
         "blocks": len(recorded), "stopped": stopped, "resumed_from_block": resumed_from, "checkpoint": str(ckpt),
         "resume": resume_note,
-        "workloads": [describe(w, recorded, decisions[w], th) for w in WORKLOADS],
+        "workloads": [describe(w, recorded, decisions[w], th) for w in spec.workloads],
         "warm": {a: {w: {"wall_s": r["wall_s"], "loss": r["loss"]} for w, r in v.items()}
                  for a, v in fitted.warm.items()},
-        "input_hashes": {w: inputs[w]["tensors"] for w in WORKLOADS},
+        "input_hashes": {w: inputs[w]["tensors"] for w in spec.workloads},
         "params_sha256": built["params_sha256"],
         "exclusive": exclusive_log + [{"when": f"after round {r['index'] + 1}", **r.get("exclusive", {})}
                                       for r in recorded if r.get("exclusive")],

@@ -89,9 +89,9 @@ class NcuSpec:
     passes: tuple[Pass, ...]
     thresholds: ncu_gates.Thresholds
 
-    def kernel_filter(self, removed: str) -> str:
-        """The ncu ``--kernel-name regex:`` filter: the two sides and the removed kernels."""
-        return "|".join(f"({p})" for p in dict.fromkeys((self.baseline, self.candidate, removed)))
+    def kernel_filter(self, removed: str | None) -> str:
+        """The ncu ``--kernel-name regex:`` filter: the two sides and the removed kernels (if any)."""
+        return "|".join(f"({p})" for p in dict.fromkeys((self.baseline, self.candidate, removed)) if p)
 
     def regexes(self, spec: MeasureSpec) -> ncu_gates.Regexes:
         base = measure.compile_regex(self.baseline, "ncu.kernels.baseline")
@@ -303,7 +303,7 @@ def analyse_row(entry: dict[str, Any], row: Row, spec: MeasureSpec, nspec: NcuSp
         seen = ", ".join(k["kernel"] for k in entry["kernels"]["base"]) or "none"
         raise KgateError(f"row {row.name}: ncu profiled no baseline kernel matching ncu.kernels.baseline "
                          f"'{nspec.baseline}' (profiled: {seen}); fix the campaign's regex")
-    expected = ncu_gates.expected_traffic([(t.nbytes(row), t.accesses) for t in spec.temporaries])
+    expected = ncu_gates.expected_traffic([(spec.temporary_bytes(row, t), t.accesses) for t in spec.temporaries])
     entry["comparison"] = ncu_gates.compare_row(row.name, entry["kernels"]["base"], entry["kernels"]["cand"], rx,
                                                   mm_for(entry["capability"]), expected)
     return entry
@@ -363,7 +363,8 @@ def run(ctx: Context) -> StageResult:
     measured: list[dict[str, Any]] = []
     devices: dict[str, Any] = {}
     for i, row in enumerate(rows):
-        entry: dict[str, Any] = {"row": row.name, "kind": row.kind, "class": row.klass(spec.class_key), "passes": {}}
+        entry: dict[str, Any] = {"row": row.name, "kind": row.kind, "passes": {},
+                                 "class": row.klass(spec.class_key) if spec.class_key else spec.row_class(row)}
         for arm in (("base", "cand") if i % 2 == 0 else ("cand", "base")):
             entry["passes"][arm] = {}
             for p in nspec.passes:

@@ -11,18 +11,25 @@ flush kernel excluded and listed apart), an unfiltered census of every kernel
 launched, peak allocated memory, and every allocation's size, against which
 the campaign's temporaries are attributed.
 
-The plausibility bound per row is the best case of removing what the
-hypothesis removes, and nothing else::
+The plausibility bound per row is the best case of the hypothesis' mechanism
+(``measure.mechanism``; the arithmetic of each kind is
+:mod:`kgate.measure.mechanism`)::
 
-    removable  = removed launches per call x launch cost + removed bytes / bandwidth
-    best case  = endpoint / (endpoint - removable)
+    saved      = removes (launches x launch cost + temporaries' bytes / bandwidth)
+               + speeds_up (per named kernel group: time - max(bytes / bandwidth, flops / peak))
+               + declared (named kernels' time x (1 - 1/speedup))
+    best case  = endpoint / (endpoint - saved)
 
-where removed bytes = sum over the temporaries of size x accesses (a write and
-a read each). The stage STOPs when the geomean of the per-row best cases is
-below the campaign's bar, or when the baseline does not launch the removed
-kernels or allocate the temporaries at all. On CPU every number is recorded
-and labelled; the bound never stops a CPU run (interpreter timings say nothing
-about a GPU), so its gate is ``skip``. docs/measurement.md.
+The roofline's bandwidth and FLOP peaks are the preflight's (the doctor
+record of this campaign and device class, when its device is the one
+profiled), else measured here by the same probes (:mod:`kgate.measure.peaks`).
+The stage STOPs when the geomean of the per-row best cases is below the
+campaign's bar, or when a premise of the mechanism does not hold at the
+baseline (the removed or named kernels never launch, the temporaries are not
+allocated). A bound that rests on a ``declared`` speedup says so. On CPU every
+number is recorded and labelled; the bound never stops a CPU run (interpreter
+timings say nothing about a GPU), so its gate is ``skip``.
+docs/measurement.md.
 """
 
 from __future__ import annotations
@@ -31,10 +38,12 @@ from typing import Any
 
 from kgate import paths
 from kgate.measure import coordinator as measure
+from kgate.measure import mechanism
 from kgate.measure.arms import Arm
 from kgate.measure.profile import measure_row, not_measured, per_call
 from kgate.measure.rows import CPU_TIMING_NOTE, MeasureSpec, Row
-from kgate.records import Gate, StageResult
+from kgate.protocol import PREFLIGHT
+from kgate.records import Gate, StageResult, read_record
 from kgate.source.worktree import verify_frozen, verify_worktree
 from kgate.stages.common import PROFILE_SHARE, Context
 from kgate.stats import summarize
@@ -44,7 +53,8 @@ BANDWIDTH_PROBE_BYTES = {"gpu": 2**30, "cpu": 32 * 2**20}
 ALLOC_GRANULE = 512
 # the CUDA caching allocator splits a cached block only when more than 1 MiB would remain
 CUDA_BLOCK_SLACK = 2**20
-FORMULA = "best case = endpoint / (endpoint - (removed launches x launch cost + removed bytes / bandwidth))"
+FORMULA = ("best case = endpoint / (endpoint - saved); saved = removes (launches x launch cost + temporaries' "
+           "bytes / bandwidth) + speeds_up (time - roofline floor) + declared (time x (1 - 1/speedup))")
 
 
 # arithmetic (pure; tests/test_profile_bound.py)
@@ -59,7 +69,7 @@ def kernel_table(kernels: dict[str, dict[str, float]], iterations: int, spec: Me
         row = {"kernel": name, "launches_per_call": k["launches"] / iterations,
                "device_us_per_call": k["device_us"] / iterations, "share": k["device_us"] / total}
         if spec is not None:
-            row["removed"] = bool(spec.removed_rx.search(name))
+            row["removed"] = bool(spec.removed_rx.search(name)) if spec.removed_rx is not None else False
             row["replaced"] = bool(spec.replaced_rx.search(name))
             rx = spec.replacement_rx
             row["replacement"] = bool(rx.search(name)) if rx else False
@@ -78,11 +88,12 @@ def attribute_temporaries(spec: MeasureSpec, row: Row, alloc_sizes: dict[str, in
     """
     sizes = {int(k): v for k, v in alloc_sizes.items()}
     wanted: dict[int, int] = {}
+    size = {t.name: spec.temporary_bytes(row, t) for t in spec.temporaries}
     for t in spec.temporaries:
-        wanted[t.nbytes(row)] = wanted.get(t.nbytes(row), 0) + 1
+        wanted[size[t.name]] = wanted.get(size[t.name], 0) + 1
     out = []
     for t in spec.temporaries:
-        n = t.nbytes(row)
+        n = size[t.name]
         rounded = -(-n // ALLOC_GRANULE) * ALLOC_GRANULE
         count = sum(c for s, c in sizes.items() if s == n or rounded <= s <= rounded + slack)
         out.append({"name": t.name, "bytes": n, "accesses": t.accesses,
@@ -92,64 +103,57 @@ def attribute_temporaries(spec: MeasureSpec, row: Row, alloc_sizes: dict[str, in
     return out
 
 
-def plausibility(endpoint_ms: float, removed_launches: float, launch_us: float, removed_bytes: float,
-                 bytes_per_s: float) -> dict[str, Any]:
-    """The best-case endpoint speedup of removing the launches and the traffic, with every term."""
-    launch_ms = removed_launches * launch_us / 1e3
-    traffic_ms = removed_bytes / bytes_per_s * 1e3
-    removable = launch_ms + traffic_ms
-    # removable >= endpoint cannot happen on sound measurements; it is kept visible, never capped
-    best = endpoint_ms / (endpoint_ms - removable) if removable < endpoint_ms else None
-    text = (f"{endpoint_ms:.4f} ms / ({endpoint_ms:.4f} ms - ({removed_launches:g} x {launch_us:.3f} us + "
-            f"{removed_bytes:.0f} B / {bytes_per_s / 1e9:.1f} GB/s)) = "
-            + (f"{best:.4f}" if best is not None else "unbounded (removable >= endpoint)"))
-    return {"endpoint_ms": endpoint_ms, "removed_launches_per_call": removed_launches, "launch_cost_us": launch_us,
-            "launch_ms": launch_ms, "removed_bytes": removed_bytes, "bandwidth_bytes_per_s": bytes_per_s,
-            "traffic_ms": traffic_ms, "removable_ms": removable, "best_case_speedup": best, "formula": FORMULA,
-            "arithmetic": text}
-
-
-def bound_gate(rows: list[dict[str, Any]], bar: float, cpu: bool, evidence: str) -> Gate:
+def bound_gate(rows: list[dict[str, Any]], bar: float, cpu: bool, evidence: str, kinds: tuple[str, ...] = ()) -> Gate:
     """STOP when the geomean of the per-row best cases is below the bar (skip on CPU)."""
     threshold = f">= {bar} x (geomean of per-row best cases; {FORMULA})"
+    declared = mechanism.weakest(kinds)
+    label = (f"; the bound rests on a declared speedup ({mechanism.LABELS['declared']})" if declared else "")
     unbounded = [r["row"] for r in rows if r["bound"]["best_case_speedup"] is None]
     if unbounded:
-        detail = (f"removable time >= endpoint at {', '.join(unbounded)}: the bound does not limit anything; "
-                  "check the launch-cost and bandwidth probes in the record")
+        detail = (f"saved time >= endpoint at {', '.join(unbounded)}: the bound does not limit anything; "
+                  "check the launch-cost, bandwidth and peak probes in the record" + label)
         return Gate("plausible_speedup", threshold, None, "skip" if cpu else "pass", evidence=evidence, unit="x",
                     detail=(f"{CPU_TIMING_NOTE}: " if cpu else "") + detail)
     value = measure.geomean_values([r["bound"]["best_case_speedup"] for r in rows])
     worst = min(rows, key=lambda r: r["bound"]["best_case_speedup"])
-    detail = (f"removing every listed launch and temporary reaches at most {value:.4f}x (geomean of "
-              f"{len(rows)} rows; lowest {worst['bound']['best_case_speedup']:.4f}x at {worst['row']}), "
-              f"{'below' if value < bar else 'above'} the bar {bar}")
+    what = " and ".join(mechanism.LABELS[k].split(" (")[0] for k in kinds) or "the mechanism"
+    detail = (f"{what}: at most {value:.4f}x (geomean of {len(rows)} rows; lowest "
+              f"{worst['bound']['best_case_speedup']:.4f}x at {worst['row']}), "
+              f"{'below' if value < bar else 'above'} the bar {bar}" + label)
     if cpu:
         return Gate("plausible_speedup", threshold, round(value, 6), "skip", evidence=evidence, unit="x",
                     detail=f"{CPU_TIMING_NOTE}: {detail}")
     return Gate("plausible_speedup", threshold, round(value, 6), "pass" if value >= bar else "stop",
-                evidence=evidence, unit="x", detail=detail)
+                evidence=evidence, unit="x", detail=detail if (value < bar or declared) else None)
 
 
-def analyse(spec: MeasureSpec, row: Row, m: dict[str, Any], launch_us: float, bytes_per_s: float) -> dict[str, Any]:
+def analyse(spec: MeasureSpec, row: Row, m: dict[str, Any], launch_us: float, bytes_per_s: float,
+            flops_per_s: dict[str, float] | None = None) -> dict[str, Any]:
     """Everything profile_baseline reports about one row."""
     it = m["profile"]["iterations"]
     kernels = m["profile"]["kernels"]
     endpoint = summarize(m["samples_ms"])
-    removed_n, removed_us = per_call(kernels, it, spec.removed_rx)
+    rx = spec.removed_rx
+    removed_n, removed_us = per_call(kernels, it, rx) if rx is not None else (0.0, 0.0)
     replaced_n, replaced_us = per_call(kernels, it, spec.replaced_rx)
     kernel_sum_ms = sum(k["device_us"] for k in kernels.values()) / it / 1e3
-    bound = plausibility(endpoint.median_ms, removed_n, launch_us, spec.removed_traffic_bytes(row), bytes_per_s)
-    vanish = (endpoint.median_ms / (endpoint.median_ms - removed_us / 1e3)
-              if removed_us / 1e3 < endpoint.median_ms else None)
+    savings = mechanism.row_savings(spec.mechanism, lambda e, key: spec.evaluate(row, e, key), kernels, it,
+                                    launch_us, bytes_per_s, flops_per_s)
+    bound = mechanism.best_case(endpoint.median_ms, savings) | {"formula": FORMULA, "kinds": list(savings)}
+    vanish = (endpoint.median_ms / (endpoint.median_ms - replaced_us / 1e3)
+              if replaced_us / 1e3 < endpoint.median_ms else None)
     return {
-        "row": row.name, "kind": row.kind, "class": row.klass(spec.class_key), "values": row.values,
+        "row": row.name, "kind": row.kind, "class": row.klass(spec.class_key) if spec.class_key else None,
+        "dispatch": spec.row_class(row), "values": row.values,
         "inputs_sha256": m["inputs"]["sha256"], "endpoint": endpoint.as_dict(), "endpoint_ms": endpoint.median_ms,
         "kernel_sum_ms": kernel_sum_ms, "kernels": kernel_table(kernels, it, spec),
         "census": sorted(kernels), "flush_kernels": m["profile"]["flush_kernels"], "timer": m["profile"]["timer"],
         "removed": {"launches_per_call": removed_n, "device_us_per_call": removed_us,
-                    "share_of_endpoint": removed_us / 1e3 / endpoint.median_ms,
-                    "amdahl_if_their_whole_time_vanished": vanish},
-        "replaced": {"launches_per_call": replaced_n, "device_us_per_call": replaced_us},
+                    "share_of_endpoint": removed_us / 1e3 / endpoint.median_ms},
+        "replaced": {"launches_per_call": replaced_n, "device_us_per_call": replaced_us,
+                     "share_of_endpoint": replaced_us / 1e3 / endpoint.median_ms,
+                     "amdahl_if_their_whole_time_vanished": vanish},
+        "mechanism": savings,
         "temporaries": attribute_temporaries(spec, row, m["profile"]["alloc_sizes"], it,
                                              slack=0 if spec.cpu else CUDA_BLOCK_SLACK),
         "expected_temporary_bytes": spec.expected_bytes(row), "removed_traffic_bytes": spec.removed_traffic_bytes(row),
@@ -193,28 +197,34 @@ def run(ctx: Context) -> StageResult:
         bw = arm.request("bandwidth", nbytes=BANDWIDTH_PROBE_BYTES[kind])
         measure.progress(f"launch cost {launch['per_launch_us']:.3f} us, bandwidth {bw['bytes_per_s'] / 1e9:.1f} GB/s"
                          + (f" ({CPU_TIMING_NOTE})" if spec.cpu else ""))
+        peaks = device_peaks(ctx, arm, bw, need_flops=bool(spec.mechanism.speeds_up))
         analysed = []
         for row in rows:
             measure.progress(f"profiling {row.name} ({mode})")
             m = measure_row(arm, row, spec, mode)
             arm.request("release", rows=[row.name])
-            a = analyse(spec, row, m, launch["per_launch_us"], bw["bytes_per_s"])
+            a = analyse(spec, row, m, launch["per_launch_us"], peaks["bytes_per_s"], peaks["flops_per_s"])
             analysed.append(a)
-            measure.progress(f"{row.name}: endpoint {a['endpoint_ms']:.4f} ms, removed {a['removed']['launches_per_call']:g} "
-                             f"launch(es)/call, best case {a['bound']['best_case_speedup']:.4f}x")
+            best = a["bound"]["best_case_speedup"]
+            measure.progress(f"{row.name}: endpoint {a['endpoint_ms']:.4f} ms, saved at best "
+                             f"{a['bound']['saved_ms']:.4f} ms ({', '.join(a['mechanism'])}), best case "
+                             + (f"{best:.4f}x" if best is not None else "unbounded"))
         autotune = arm.request("autotune")
         host.append(measure.host_load())
     finally:
         arm.close()
     evidence = str(paths.record(c.name, gpu, "profile_baseline"))
     gates = structural_gates(spec, analysed, evidence, "stop")
-    gates.append(bound_gate(analysed, spec.bar, spec.cpu, evidence))
+    gates.append(bound_gate(analysed, spec.bar, spec.cpu, evidence, spec.mechanism.kinds))
     data = {
         "measured": True, "cpu": spec.cpu, "timings_meaningful": not spec.cpu, "mode": mode, "bar": spec.bar,
         "bench_base": fx["data"]["bench_base"], "worktree": str(wt), "triton_cache": str(cache),
         "triton_cache_state": "warm" if arm.cache_entries_at_start else "cold",
         "row_table": [r.as_dict() for r in table.values()], "registry": registry,
         "profile_rows": [r.name for r in rows], "launch_cost": launch, "bandwidth": bw, "formula": FORMULA,
+        "mechanism": {"kinds": list(spec.mechanism.kinds), "labels": {k: mechanism.LABELS[k] for k in spec.mechanism.kinds},
+                      "weakest": mechanism.weakest(spec.mechanism.kinds)},
+        "device_peaks": peaks,
         "rows": analysed, "bound_geomean": next(g.value for g in gates if g.name == "plausible_speedup"),
         "worker": arm.info, "autotune": {"tuners": [t for t in autotune["tuners"] if t["picks"]],
                                          "row_picks": autotune["row_picks"]},
@@ -225,13 +235,45 @@ def run(ctx: Context) -> StageResult:
     return StageResult(gates=gates, data=data, reasons=reasons)
 
 
+def device_peaks(ctx: Context, arm: Arm, bandwidth: dict[str, Any], need_flops: bool) -> dict[str, Any]:
+    """The ceilings of the bounds: the preflight's peaks (its record for this campaign and device class, when it
+    measured the device this worker runs on), else this job's bandwidth probe and, when a ``speeds_up`` entry needs
+    them, FLOP rates measured here."""
+    path = paths.record(ctx.campaign.name, ctx.gpu, PREFLIGHT)
+    here = (arm.info.get("device") or {}).get("name")
+    pre = read_record(path)["data"].get("device_peaks") if path.is_file() else None
+    if pre and pre.get("meaningful") and pre.get("device") == here:
+        return {"source": f"preflight record {path}", "device": here,
+                "bytes_per_s": pre["bandwidth"]["bytes_per_s"], "flops_per_s": pre["flops"]["flops_per_s"],
+                "bandwidth": pre["bandwidth"], "flops": pre["flops"]}
+    why = ("no preflight record" if not path.is_file() else "the preflight measured no peaks" if not pre
+           else f"the preflight measured {pre.get('device')}, this job runs on {here}" if pre.get("meaningful")
+           else "the preflight's peaks are not meaningful (CPU)")
+    flops = arm.request("flops") if need_flops else None
+    return {"source": f"measured in this job ({why})", "device": here, "bytes_per_s": bandwidth["bytes_per_s"],
+            "flops_per_s": flops["flops_per_s"] if flops else None, "bandwidth": bandwidth, "flops": flops}
+
+
 def structural_gates(spec: MeasureSpec, rows: list[dict[str, Any]], evidence: str, bad: str) -> list[Gate]:
-    """The hypothesis' premises at the baseline: the removed kernels run, the temporaries are allocated."""
-    no_kernel = [r["row"] for r in rows if r["removed"]["launches_per_call"] <= 0]
-    gates = [Gate("removed_kernels_launched", f"every profiled row launches /{spec.removed}/",
-                  f"{len(rows) - len(no_kernel)}/{len(rows)} rows", bad if no_kernel else "pass", evidence=evidence,
-                  detail=(f"the baseline never launches /{spec.removed}/ at {', '.join(no_kernel)}: the hypothesis "
-                          "removes nothing there") if no_kernel else None)]
+    """The hypothesis' premises at the baseline: the removed kernels run, the temporaries are allocated, each
+    kernel group the mechanism names (speeds_up, declared) runs."""
+    gates = []
+    if spec.removed is not None:
+        no_kernel = [r["row"] for r in rows if r["removed"]["launches_per_call"] <= 0]
+        gates.append(Gate("removed_kernels_launched", f"every profiled row launches /{spec.removed}/",
+                          f"{len(rows) - len(no_kernel)}/{len(rows)} rows", bad if no_kernel else "pass",
+                          evidence=evidence,
+                          detail=(f"the baseline never launches /{spec.removed}/ at {', '.join(no_kernel)}: the "
+                                  "hypothesis removes nothing there") if no_kernel else None))
+    named = [(kind, e) for r in rows for kind in ("speeds_up", "declared")
+             for e in (r["mechanism"].get(kind) or {}).get("entries", [])]
+    if named:
+        idle = sorted({f"{kind} /{e['kernels']}/" for kind, e in named if not e["matched"]})
+        groups = len({(kind, e["kernels"]) for kind, e in named})
+        gates.append(Gate("named_kernels_launched", "every kernel group the mechanism names runs at the baseline",
+                          f"{groups - len(idle)}/{groups} groups", bad if idle else "pass", evidence=evidence,
+                          detail=(f"the baseline never launches {', '.join(idle)} on the profiled rows: the "
+                                  "hypothesis speeds up nothing there") if idle else None))
     if spec.temporaries:
         missing = [f"{r['row']}:{t['name']} ({t['bytes']} B)" for r in rows for t in r["temporaries"] if not t["found"]]
         gates.append(Gate("temporaries_allocated", "every profiled row allocates each temporary's size",

@@ -40,6 +40,7 @@ from typing import Any
 
 from kgate import paths
 from kgate.gates import env as env_gates
+from kgate.gates.bench import memory_rule
 from kgate.measure import coordinator as measure
 from kgate.measure.arms import WorkerFailure
 from kgate.measure.profile import measure_row, not_measured, per_call
@@ -51,16 +52,18 @@ from kgate.stats import summarize
 # arithmetic (pure; tests/test_profile_candidate.py)
 
 
-def pair_row(spec: MeasureSpec, row: Row, base: dict[str, Any], cand: dict[str, Any], tol: float) -> dict[str, Any]:
-    """One row of the pair table from the two arms' measurements (``measure_row`` results)."""
+def pair_row(spec: MeasureSpec, row: Row, base: dict[str, Any], cand: dict[str, Any], tol: float,
+             enabled: tuple[str, ...] = ()) -> dict[str, Any]:
+    """One row of the pair table from the two arms' measurements (``measure_row`` results); ``enabled``: the
+    dispatch classes the candidate enables (``MeasureSpec.row_path`` decides the row's path)."""
     kb, ib = base["profile"]["kernels"], base["profile"]["iterations"]
     kc, ic = cand["profile"]["kernels"], cand["profile"]["iterations"]
     _, base_pair_us = per_call(kb, ib, spec.replaced_rx)
     rep = spec.replacement_rx
     cand_hit = {k: v for k, v in kc.items() if spec.replaced_rx.search(k) or (rep is not None and rep.search(k))}
     cand_pair_us = sum(v["device_us"] for v in cand_hit.values()) / ic
-    removed_n, _ = per_call(kc, ic, spec.removed_rx)
-    path = "fallback" if removed_n > 0 else "optimized"
+    removed_n = per_call(kc, ic, spec.removed_rx)[0] if spec.removed_rx is not None else 0.0
+    path, why = spec.row_path(row, enabled, kc, ic)
     end_b = summarize(base["samples_ms"]).median_ms
     end_c = summarize(cand["samples_ms"]).median_ms
     pair = base_pair_us / cand_pair_us if cand_pair_us > 0 else None
@@ -73,14 +76,10 @@ def pair_row(spec: MeasureSpec, row: Row, base: dict[str, Any], cand: dict[str, 
         implied = 1.0
     expected = spec.expected_bytes(row)
     reduction = base["profile"]["peak_bytes"] - cand["profile"]["peak_bytes"]
-    if path == "optimized":
-        mem_ok = reduction >= expected * (1 - tol)
-        mem_rule = f"drop >= {(1 - tol):.2f} x {expected} B"
-    else:
-        mem_ok = abs(reduction) <= expected * tol
-        mem_rule = f"|drop| <= {tol:.2f} x {expected} B"
+    mem_ok, mem_rule = memory_rule(path, reduction, expected, base["profile"]["peak_bytes"], tol)
     return {
-        "row": row.name, "kind": row.kind, "class": row.klass(spec.class_key), "path": path,
+        "row": row.name, "kind": row.kind, "class": row.klass(spec.class_key) if spec.class_key else None,
+        "dispatch": spec.row_class(row), "path": path, "path_reason": why,
         "removed_launches_per_call": removed_n,
         "baseline_pair_us": base_pair_us, "candidate_pair_us": cand_pair_us, "pair_speedup": pair,
         "baseline_pair_kernels": sorted(measure.matching(kb, spec.replaced_rx)),
@@ -96,6 +95,22 @@ def pair_row(spec: MeasureSpec, row: Row, base: dict[str, Any], cand: dict[str, 
     }
 
 
+def path_mismatches(spec: MeasureSpec, rows: list[dict[str, Any]]) -> list[str]:
+    """Rows whose dispatch class decided the path but whose kernels say otherwise: an optimized row that still
+    launches the removed kernels, a fallback row that no longer does (only with a ``removes`` mechanism)."""
+    if spec.removed_rx is None:
+        return []
+    out = []
+    for r in rows:
+        if r.get("dispatch") is None:
+            continue
+        if r["path"] == "optimized" and r["removed_launches_per_call"] > 0:
+            out.append(f"{r['row']} ({r['dispatch']} enabled) still launches /{spec.removed}/")
+        if r["path"] == "fallback" and r["removed_launches_per_call"] <= 0:
+            out.append(f"{r['row']} ({r['dispatch']} not enabled) no longer launches /{spec.removed}/")
+    return out
+
+
 def hidden_kernels(spec: MeasureSpec, rows: list[dict[str, Any]]) -> list[str]:
     """Kernels the candidate launches, the baseline never launched, and ``replacement`` does not name."""
     base = {k for r in rows for k in r["census_base"]}
@@ -104,16 +119,25 @@ def hidden_kernels(spec: MeasureSpec, rows: list[dict[str, Any]]) -> list[str]:
     return sorted(k for k in cand - base if rep is None or not rep.search(k))
 
 
+def group(r: dict[str, Any]) -> Any:
+    """What a pair-table row is grouped by for compile resources: its class value (``measure.class_key``), else
+    its dispatch class, else one group of every row."""
+    if r.get("class") is not None:
+        return r["class"]
+    return r.get("dispatch") or "every row"
+
+
 def class_resources(spec: MeasureSpec, rows: list[dict[str, Any]], resources: dict[str, Any], mode: str,
                     min_ratio: float) -> list[dict[str, Any]]:
     """Per enabled class: the replacement variants' registers, spills, shared memory and occupancy,
     against the baseline's replaced kernels of the same class."""
     out = []
-    enabled = sorted({r["class"] for r in rows if r["path"] == "optimized"}, key=str)
-    rep = spec.replacement_rx
+    enabled = sorted({group(r) for r in rows if r["path"] == "optimized"}, key=str)
+    # the candidate's kernels: its named replacement, else (an in-place change) the same names as the baseline's
+    rep = spec.replacement_rx or spec.replaced_rx
     for klass in enabled:
-        names = [r["row"] for r in rows if r["class"] == klass]
-        opt = [r["row"] for r in rows if r["class"] == klass and r["path"] == "optimized"]
+        names = [r["row"] for r in rows if group(r) == klass]
+        opt = [r["row"] for r in rows if group(r) == klass and r["path"] == "optimized"]
 
         def variants(arm: str, rows_: list[str], rx: Any) -> list[dict[str, Any]]:
             res = resources.get(arm) or {}
@@ -128,10 +152,8 @@ def class_resources(spec: MeasureSpec, rows: list[dict[str, Any]], resources: di
         cand_v = variants("cand", opt, rep)
         base_v = variants("base", names, spec.replaced_rx)
         problems = []
-        if rep is None:
-            problems.append("measure.kernels.replacement is not set: nothing to check")
-        elif not cand_v:
-            problems.append(f"no compiled variant of /{spec.replacement}/ ran on rows {', '.join(opt)}")
+        if not cand_v:
+            problems.append(f"no compiled variant of /{rep.pattern}/ ran on rows {', '.join(opt)}")
         errors = [f"{v['kernel']}: {v['error']}" for v in cand_v if v.get("error")]
         problems += [f"does not load: {e}" for e in errors]
         spills = [f"{v['kernel']} ({v['n_spills']} spills)" for v in cand_v if v.get("n_spills")]
@@ -222,7 +244,8 @@ def run(ctx: Context) -> StageResult:
                     got[arm.name] = measure_row(arm, row, spec, mode)
                 except WorkerFailure as exc:
                     if arm is cand and exc.target:
-                        failure = {"row": row.name, "class": row.klass(spec.class_key), "error": str(exc)}
+                        failure = {"row": row.name, "class": row.klass(spec.class_key) if spec.class_key else None,
+                                   "error": str(exc)}
                         break
                     raise
             if failure:
@@ -231,7 +254,7 @@ def run(ctx: Context) -> StageResult:
             measure.compare_hashes("output-gradient", row.name, {a: got[a]["warm"]["grad_hashes"] for a in got})
             for arm in arms:
                 arm.request("release", rows=[row.name])
-            pr = pair_row(spec, row, got["base"], got["cand"], tol)
+            pr = pair_row(spec, row, got["base"], got["cand"], tol, tuple(build["data"].get("enables") or ()))
             table.append(pr)
             measure.progress(f"{row.name}: {pr['path']}, pair {_fmt(pr['pair_speedup'])}x, implied endpoint "
                              f"{_fmt(pr['implied_endpoint_speedup'])}x, peak drop {pr['peak_reduction_bytes']} B")
@@ -278,8 +301,14 @@ def candidate_gates(spec: MeasureSpec, table: list[dict[str, Any]], resources: d
                       detail=f"hidden replacement kernel(s): {', '.join(hidden)}" if hidden else None))
     bad_mem = [f"{r['row']} ({r['path']}: drop {r['peak_reduction_bytes']} B, rule {r['memory_rule']})"
                for r in table if not r["memory_ok"]]
+    mismatch = path_mismatches(spec, table)
+    if spec.removed_rx is not None:
+        gates.append(Gate("path_matches_dispatch", "rows of enabled classes launch no removed kernel, other rows do",
+                          f"{len(table) - len(mismatch)}/{len(table)} rows", "fail" if mismatch else "pass",
+                          evidence=evidence, detail="; ".join(mismatch) if mismatch else None))
     gates.append(Gate("memory_matches_temporaries",
-                      f"optimized rows drop the temporaries' bytes (-{tol:.0%}), fallback rows within +-{tol:.0%}",
+                      f"optimized rows drop the temporaries' bytes (-{tol:.0%}), fallback rows within +-{tol:.0%} "
+                      f"(without temporaries: within {tol:.0%} of the baseline peak)",
                       f"{len(table) - len(bad_mem)}/{len(table)} rows", "stop" if bad_mem else "pass",
                       evidence=evidence, detail="; ".join(bad_mem) if bad_mem else None))
     if spec.cpu:
@@ -288,7 +317,7 @@ def candidate_gates(spec: MeasureSpec, table: list[dict[str, Any]], resources: d
                           "unavailable", "skip", evidence=evidence, detail=f"unavailable: {reason}"))
     else:
         classes = class_resources(spec, table, resources, mode, min_ratio)
-        bad = [f"{spec.class_key}={k['class']}: {'; '.join(k['problems'])}" for k in classes if k["problems"]]
+        bad = [f"{spec.class_key or 'class'}={k['class']}: {'; '.join(k['problems'])}" for k in classes if k["problems"]]
         value = (f"{len(classes)} enabled class(es)" if classes else "no enabled class (every row falls back)")
         gates.append(Gate("compile_resources",
                           f"each enabled class compiles with 0 spills and occupancy >= {min_ratio} x the baseline's",

@@ -6,7 +6,6 @@ from kgate.errors import KgateError
 from kgate.measure.rows import inputs_fingerprint
 from kgate.protocol import gated_walk
 from kgate.source import overlay
-from kgate.stages import model as model_stage
 from kgate.workflow import open_epoch, resolve, status
 
 # The DAG build only reads (a changed contract after a freeze is refused here); dry runs and --lint write nothing.

@@ -1,11 +1,7 @@
-# Stage 10 of kgate.protocol.STAGES, model: training throughput of the target's causal LM, dense and packed
-# varlen, both arms on one GPU in this one job, blocks of steps alternating AB, BA, ...; blocks checkpoint to
-# blocks.jsonl beside the record. Gates on bench (protocol.GATING_INPUTS), not on ncu. The model settings are
-# checked at DAG build.
-try:
-    model_stage.load_spec(RUN.campaign, G)
-except KgateError as exc:
-    sys.exit(f"kgate: error: {exc}")
+# Stage 10 of kgate.protocol.STAGES, model: training throughput of the campaign's end-to-end workload (dense,
+# and packed varlen where the model takes boundaries), both arms on one GPU in this one job, blocks of steps
+# alternating AB, BA, ...; blocks checkpoint to blocks.jsonl beside the record. Gates on bench
+# (protocol.GATING_INPUTS), not on ncu. The model settings are checked at DAG build (kgate.campaign_checks).
 
 
 checkpoint model:

@@ -9,9 +9,12 @@ Usage::
     # one arm of kgate's model stage (started by kgate.stages.model, JSON lines on stdin/stdout)
     python <kgate checkout>/kgate/measure/harness/train_throughput.py --serve --arm base
 
-``settings.json`` is what ``kgate.stages.model.ModelSpec.settings()`` resolves from a
+``settings.json`` is what ``kgate.measure.model_spec.ModelSpec.settings()`` resolves from a
 campaign's ``model`` section: ``config_class`` and ``model_class``
-(``module.path:Name``), ``config`` (keyword arguments of the config class),
+(``module.path:Name``) or ``builder`` (``/abs/file.py:function``), ``patch``
+(``{function, kwargs}``: ``module.path:name`` or ``/abs/file.py:name``),
+``target_package`` (whose modules must come from the arm's worktree),
+``workloads`` (``dense``, ``varlen``), ``config`` (keyword arguments of the config class),
 ``layers`` and ``layers_key``, ``varlen_key``, ``batch``, ``seq_len``,
 ``varlen_sequences``, ``warmup_steps``, ``steps_per_block``, ``dtype``,
 ``seed``, ``optimizer`` (AdamW lr, betas, weight_decay, fused), ``cpu``
@@ -26,16 +29,18 @@ Protocol (``--serve``): the one of ``kgate.measure.worker``: one request per lin
 "result"}`` or ``{"id", "ok": false, "kind": "target"|"internal", "error",
 "traceback"}``; ``kind`` is ``target`` when the target's own code raised
 (importing it, building the model, a training step). Commands: ``init``,
-``build``, ``prepare``, ``warm``, ``block``, ``release``, ``quit``. The
+``build``, ``prepare``, ``varlen_check``, ``warm``, ``block``, ``release``, ``quit``. The
 worker's stdout carries only protocol lines; the target's prints go to
 stderr. End of input ends the worker.
 
 Method
 ------
 * Model: ``config_class(**config, <layers_key>=layers)``, then
-  ``model_class(config)``, built on the CPU right after
-  ``torch.manual_seed(seed)`` (the same weights in both arms whatever the
-  device), then moved to the device and dtype and put in training mode.
+  ``model_class(config)`` (or ``builder(config, layers)``), built on the CPU
+  right after ``torch.manual_seed(seed)`` (the same weights in both arms
+  whatever the device); then ``patch(model=model, **kwargs)`` when the
+  campaign names one (a returned module replaces the model); then moved to
+  the device and dtype and put in training mode.
   ``build`` returns the sha256 over every parameter (sorted by name) so the
   coordinator can prove both arms start from the same weights. Optimizer:
   ``torch.optim.AdamW`` over all parameters with the campaign's settings
@@ -49,6 +54,10 @@ Method
   as ``varlen_key``. Both workloads train on the same tokens per step.
 * A step: forward with labels, ``loss.backward()``, ``optimizer.step()``,
   ``optimizer.zero_grad(set_to_none=True)``.
+* ``varlen_check``: the packed batch's loss in eval mode without gradients,
+  once with its boundaries and once as one sequence; the model uses them when
+  the two differ by more than 1e-4 of the loss (the coordinator refuses a
+  model that does not: its varlen workload would be dense).
 * ``warm``: untimed steps (compile, autotune, allocator); an out-of-memory
   error releases the model and optimizer and is answered as ``oom`` (the
   coordinator may rebuild with fewer layers). ``build`` does the same.
@@ -71,6 +80,7 @@ import fnmatch
 import gc
 import hashlib
 import importlib
+import importlib.util
 import json
 import os
 import resource
@@ -87,6 +97,23 @@ from kgate.measure.worker_state import ArmTargetError, no_gc
 from kgate.stats import tokens_summary
 
 WORKLOADS = ("dense", "varlen")
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """What a ``builder``-made model has for a config: the campaign's mapping and the layer count."""
+
+    values: dict[str, Any]
+    layers: int
+
+    @property
+    def vocab_size(self) -> int:
+        if "vocab_size" not in self.values:
+            raise ValueError("model.<run>.config needs vocab_size with a builder (the tokens are drawn below it)")
+        return int(self.values["vocab_size"])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.values, "layers": self.layers}
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +136,8 @@ class Harness:
     dtype: Any = None
     config_cls: Any = None
     model_cls: Any = None
+    builder: Any = None
+    patch: Any = None
     package: str = ""
     model: Any = None
     optimizer: Any = None
@@ -133,7 +162,7 @@ class Harness:
             raise RuntimeError("a GPU run but torch.cuda.is_available() is False in the worker")
         self.device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
         self.dtype = getattr(torch, st["dtype"])
-        self.package = st["model_class"].split(":")[0].split(".")[0]
+        self.package = st.get("target_package") or st["model_class"].split(":")[0].split(".")[0]
         try:
             if st.get("cpu_setup"):
                 ns = runpy.run_path(st["cpu_setup"], run_name="kgate_target_setup")
@@ -144,8 +173,14 @@ class Harness:
                     raise ValueError(f"{name} is a module, not a package: nothing can extend it")
                 if folder not in pkg.__path__:
                     pkg.__path__.append(folder)
-            self.config_cls = load_attr(st["config_class"])
-            self.model_cls = load_attr(st["model_class"])
+            if st.get("builder"):
+                self.builder = load_attr(st["builder"])
+            else:
+                self.config_cls = load_attr(st["config_class"])
+                self.model_cls = load_attr(st["model_class"])
+            if st.get("patch"):
+                self.patch = load_attr(st["patch"]["function"])
+            importlib.import_module(self.package)
         except Exception as exc:
             raise ArmTargetError(f"importing the model: {type(exc).__name__}: {exc}") from exc
         pkg = sys.modules[self.package]
@@ -161,7 +196,8 @@ class Harness:
             "package": self.package, "package_file": getattr(pkg, "__file__", None),
             "package_path": list(getattr(pkg, "__path__", [])),
             "module_file": None,
-            "class_files": {"config_class": class_file(self.config_cls), "model_class": class_file(self.model_cls)},
+            "class_files": {"config_class": class_file(self.config_cls), "model_class": class_file(self.model_cls),
+                            "builder": class_file(self.builder), "patch": class_file(self.patch)},
             "modules": module_origins(self.package, [f for _, f in st.get("package_dirs") or []]),
             "device": device_info(torch, self.device), "interpreter": interp_record, "cpu_setup": setup_result,
             "env": env, "cwd": os.getcwd(),
@@ -178,8 +214,15 @@ class Harness:
         oom = None
         try:
             torch.manual_seed(int(st["seed"]))
-            self.config = self.config_cls(**dict(st["config"]), **{st["layers_key"]: int(layers)})
-            model = self.model_cls(self.config)
+            if self.builder is not None:
+                self.config = Config(dict(st["config"]), int(layers))
+                model = self.builder(dict(st["config"]), int(layers))
+            else:
+                self.config = self.config_cls(**dict(st["config"]), **{st["layers_key"]: int(layers)})
+                model = self.model_cls(self.config)
+            if self.patch is not None:
+                patched = self.patch(model=model, **dict(st["patch"].get("kwargs") or {}))
+                model = patched if isinstance(patched, torch.nn.Module) else model
             params_sha = params_hash(torch, model)
             self.model = model.to(device=self.device, dtype=self.dtype)
             self.model.train()
@@ -223,17 +266,19 @@ class Harness:
         if self.config is None:
             raise ValueError("prepare before build: the vocabulary comes from the model's config")
         vocab = int(self.config.vocab_size)
-        batch, seq_len, n_seq = int(st["batch"]), int(st["seq_len"]), int(st["varlen_sequences"])
+        batch, seq_len, n_seq = int(st["batch"]), int(st["seq_len"]), st.get("varlen_sequences")
         total = batch * seq_len
+        workloads = tuple(st.get("workloads") or WORKLOADS)
         gen = torch.Generator(device="cpu").manual_seed(int(st["seed"]) + 1)
         dense = torch.randint(0, vocab, (batch, seq_len), generator=gen, dtype=torch.long)
-        gen = torch.Generator(device="cpu").manual_seed(int(st["seed"]) + 2)
-        packed = torch.randint(0, vocab, (1, total), generator=gen, dtype=torch.long)
-        bounds = varlen_boundaries(torch, total, n_seq, int(st["seed"]) + 3)
-        self.batches = {
-            "dense": Batch(dense.to(self.device), None, total),
-            "varlen": Batch(packed.to(self.device), torch.tensor(bounds, dtype=torch.int32).to(self.device), total),
-        }
+        self.batches = {"dense": Batch(dense.to(self.device), None, total)} if "dense" in workloads else {}
+        bounds: list[int] = []
+        if "varlen" in workloads:
+            gen = torch.Generator(device="cpu").manual_seed(int(st["seed"]) + 2)
+            packed = torch.randint(0, vocab, (1, total), generator=gen, dtype=torch.long)
+            bounds = varlen_boundaries(torch, total, int(n_seq), int(st["seed"]) + 3)
+            self.batches["varlen"] = Batch(packed.to(self.device),
+                                           torch.tensor(bounds, dtype=torch.int32).to(self.device), total)
         out = {}
         for name, b in self.batches.items():
             hashes = {"input_ids": tensor_sha(torch, b.input_ids)}
@@ -241,15 +286,40 @@ class Harness:
                 hashes[st["varlen_key"]] = tensor_sha(torch, b.boundaries)
             out[name] = {"tokens_per_step": b.tokens, "shape": list(b.input_ids.shape), "tensors": hashes,
                          "sha256": combined(hashes)}
-        lengths = [bounds[i + 1] - bounds[i] for i in range(len(bounds) - 1)]
-        out["varlen"].update({st["varlen_key"]: bounds, "lengths": lengths})
+        if "varlen" in self.batches:
+            lengths = [bounds[i + 1] - bounds[i] for i in range(len(bounds) - 1)]
+            out["varlen"].update({st["varlen_key"]: bounds, "lengths": lengths})
         self._sync()
         return out
 
+    def varlen_check(self) -> dict[str, Any]:
+        """Whether the packed batch's loss changes with its boundaries (eval mode, no gradients)."""
+        torch = self.torch
+        b = self._batch("varlen")
+        key = self.settings["varlen_key"]
+        self.model.eval()
+        try:
+            with torch.no_grad():
+                try:
+                    with_b = float(self._loss(self.model(input_ids=b.input_ids, labels=b.input_ids,
+                                                         **{key: b.boundaries})))
+                except TypeError as exc:
+                    return {"used": False, "why": f"the forward refuses it: {one_line(exc)}"}
+                without = float(self._loss(self.model(input_ids=b.input_ids, labels=b.input_ids)))
+        finally:
+            self.model.train()
+        used = abs(with_b - without) > 1e-4 * max(1.0, abs(without))
+        return {"used": used, "loss_with": with_b, "loss_without": without,
+                "why": "the loss changes with the boundaries" if used else
+                f"the loss is {with_b!r} with the boundaries and {without!r} without them"}
+
+    @staticmethod
+    def _loss(out: Any) -> Any:
+        return out.loss if hasattr(out, "loss") else (out[0] if isinstance(out, (tuple, list)) else out)
+
     def _step(self, b: Batch) -> Any:
         kwargs = {} if b.boundaries is None else {self.settings["varlen_key"]: b.boundaries}
-        out = self.model(input_ids=b.input_ids, labels=b.input_ids, **kwargs)
-        loss = out.loss if hasattr(out, "loss") else out[0]
+        loss = self._loss(self.model(input_ids=b.input_ids, labels=b.input_ids, **kwargs))
         loss.backward()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
@@ -343,7 +413,17 @@ class Harness:
 
 
 def load_attr(spec: str) -> Any:
-    mod_name, _, attr = spec.partition(":")
+    """``module.path:name`` (imported) or ``/path/file.py:name`` (the file loaded as its own module)."""
+    mod_name, _, attr = spec.rpartition(":")
+    if mod_name.endswith(".py"):
+        path = Path(mod_name)
+        mspec = importlib.util.spec_from_file_location(f"kgate_campaign_{path.stem}", path)
+        if mspec is None or mspec.loader is None:
+            raise ImportError(f"cannot load {path}")
+        mod = importlib.util.module_from_spec(mspec)
+        sys.modules[mspec.name] = mod
+        mspec.loader.exec_module(mod)
+        return getattr(mod, attr)
     return getattr(importlib.import_module(mod_name), attr)
 
 
@@ -426,7 +506,7 @@ def serve(arm: str) -> int:
             return {"arm": arm, **state["harness"].init()}
         if "harness" not in state:
             raise ValueError(f"'{cmd}' before 'init'")
-        if cmd in ("build", "prepare", "warm", "block", "release"):
+        if cmd in ("build", "prepare", "varlen_check", "warm", "block", "release"):
             return getattr(state["harness"], cmd)(**args)
         raise ValueError(f"unknown command {cmd!r}")
 
@@ -434,7 +514,7 @@ def serve(arm: str) -> int:
 
 
 def run_once(settings: dict[str, Any], blocks: int) -> dict[str, Any]:
-    """One arm by hand: init, build, prepare, warm both workloads, then ``blocks`` blocks of each."""
+    """One arm by hand: init, build, prepare, warm each workload, then ``blocks`` blocks of each."""
     h = Harness(settings)
     info = h.init()
     built = h.build(int(settings["layers"]))
@@ -443,7 +523,7 @@ def run_once(settings: dict[str, Any], blocks: int) -> dict[str, Any]:
     inputs = h.prepare()
     out: dict[str, Any] = {"schema": "kgate.train-throughput/1", "settings": settings, "info": info,
                            "build": built, "inputs": inputs, "workloads": {}}
-    for w in WORKLOADS:
+    for w in settings.get("workloads") or WORKLOADS:
         warm = h.warm(w, int(settings["warmup_steps"]))
         if warm["oom"]:
             raise SystemExit(f"out of memory in the {w} warm-up: {warm['oom']}")
