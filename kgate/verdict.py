@@ -8,7 +8,9 @@ there, such as ncu's hardware counters) decides nothing: it is listed, and the
 run stays a smoke. If every stage that ran passed: on CPU the verdict is SMOKE
 (the interpreter proves the pipeline, never the kernel's speed); on a GPU it
 is GO only when every stage of the full protocol has a passing record, else
-INCONCLUSIVE naming the missing evidence. A forced run (past a STOP) keeps
+INCONCLUSIVE naming the missing evidence; a campaign that declares no
+end-to-end workload (``model.none``) passes the model stage with nothing
+measured, and its GO sentence begins "kernel-level evidence only" (``evidence``). A forced run (past a STOP) keeps
 STOPPED and shows the would-be verdict beside it; its stages after a
 measuring stage's fail are not blocked by it (``protocol.lets_through``: the
 run collects the remaining evidence), while a failed integrity or
@@ -97,6 +99,10 @@ def compute(records: list[dict[str, Any]], *, campaign: str, gpu: str, candidate
             word = "GO"
             sentence = f"every gate of the protocol passed ({len(gates)} gates)"
             decided = {"stage": None, "gate": None}
+            absent = (by_stage.get("model") or {}).get("data", {}).get("declared_absent")
+            if absent:
+                sentence = f"kernel-level evidence only (no end-to-end workload: {absent}); {sentence}"
+    evidence = "kernel-level only" if (by_stage.get("model") or {}).get("data", {}).get("declared_absent") else None
     if forced and any(r["status"] == "stop" for r in records):
         # the would-be verdict: the same walk with every STOP read as a pass
         unstopped = [{**r, "status": "pass" if r["status"] == "stop" else r["status"],
@@ -109,7 +115,7 @@ def compute(records: list[dict[str, Any]], *, campaign: str, gpu: str, candidate
             sentence = (f"{sentence}; forced run past {len(stops)} STOP(s) ({', '.join(stops)}): read as passes, "
                         f"it would be {would_be} ({inner['sentence']})")
     return {"schema": VERDICT_SCHEMA, "campaign": campaign, "gpu": gpu, "candidate": candidate, "verdict": word,
-            "would_be": would_be, "sentence": sentence, "decided_by": decided, "forced": forced,
+            "would_be": would_be, "sentence": sentence, "evidence": evidence, "decided_by": decided, "forced": forced,
             "stages": stages, "gates": gates}
 
 

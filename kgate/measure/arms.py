@@ -35,11 +35,14 @@ class WorkerFailure(KgateError):
     """A worker request failed. ``target`` is True when the arm's own code raised (or the
     process died) while running the op: for a candidate that is a measured failure."""
 
-    def __init__(self, arm: str, message: str, *, target: bool, detail: str | None = None) -> None:
+    def __init__(self, arm: str, message: str, *, target: bool, detail: str | None = None,
+                 unavailable: bool = False) -> None:
         super().__init__(f"arm {arm}: {message}")
         self.arm = arm
         self.target = target
         self.detail = detail
+        #: the Triton interpreter itself failed (CPU): the op cannot run here, in either arm
+        self.unavailable = unavailable
 
 
 @dataclass
@@ -128,6 +131,7 @@ class Arm:
             self._log_fh.write(resp.get("traceback") or "")
             self._log_fh.flush()
             raise WorkerFailure(self.name, f"'{cmd}' failed: {resp['error']}", target=resp.get("kind") == "target",
+                                unavailable=resp.get("kind") == "unavailable",
                                 detail=resp.get("traceback"))
         return resp["result"]
 

@@ -40,6 +40,33 @@ def combined(hashes: dict[str, str]) -> str:
     return hashlib.sha256(json.dumps(hashes, sort_keys=True).encode()).hexdigest()
 
 
+def tensors_of(torch: Any, obj: Any, prefix: str, out: dict[str, Any]) -> dict[str, Any]:
+    """Every tensor of a nested structure under its path name (``args[0]``, ``kwargs.x``)."""
+    if isinstance(obj, torch.Tensor):
+        out[prefix] = obj
+    elif isinstance(obj, (list, tuple)):
+        for i, x in enumerate(obj):
+            tensors_of(torch, x, f"{prefix}[{i}]", out)
+    elif isinstance(obj, dict):
+        for k in sorted(obj):
+            tensors_of(torch, obj[k], f"{prefix}.{k}", out)
+    return out
+
+
+def fingerprint(torch: Any, t: Any) -> list[int]:
+    """A cheap content fingerprint computed on the tensor's device: the int64 sums of its 32-bit words (or bytes)
+    at all and at odd positions. Any write that changes a value changes it except by a collision of both sums;
+    used to notice an op that writes into its inputs between calls, where a sha256 of every input per round
+    would copy gigabytes to the host."""
+    flat = t.detach().contiguous().reshape(-1)
+    if not flat.numel():
+        return [0, 0]
+    raw = flat.view(torch.uint8)
+    words = raw.view(torch.int32) if raw.numel() % 4 == 0 else raw
+    w = words.to(torch.int64)
+    return [int(w.sum()), int(w[1::2].sum())]
+
+
 def leaves_of(torch: Any, obj: Any) -> list[Any]:
     if isinstance(obj, torch.Tensor):
         return [obj] if obj.requires_grad and obj.is_leaf else []

@@ -45,6 +45,7 @@ from kgate.measure.worker_facts import Facts
 from kgate.measure.worker_setup import Setup
 from kgate.measure.worker_state import ArmTargetError, RowState, State, no_gc
 from kgate.measure.worker_timing import Timing
+from kgate.testrun.interp_gaps import interpreter_failure
 
 __all__ = ["ArmTargetError", "RowState", "State", "Worker", "main", "no_gc", "occupancy", "serve"]
 
@@ -58,8 +59,9 @@ def serve(dispatch: Callable[[str, dict[str, Any]], dict[str, Any]]) -> int:
 
     ``dispatch(cmd, args)`` answers one request. The protocol owns the real stdout; anything the
     target prints goes to stderr. An ``ArmTargetError`` is answered with kind ``target`` (the arm's own
-    code failed: data for a candidate), any other exception with kind ``internal``; both carry the
-    traceback back to the coordinator.
+    code failed: data for a candidate), or kind ``unavailable`` when the failure is the Triton interpreter's own
+    (``kgate.testrun.interp_gaps.interpreter_failure``: the op cannot run on CPU); any other exception with kind
+    ``internal``; all carry the traceback back to the coordinator.
     """
     proto = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
@@ -74,8 +76,10 @@ def serve(dispatch: Callable[[str, dict[str, Any]], dict[str, Any]]) -> int:
         try:
             resp = {"id": req["id"], "ok": True, "result": dispatch(req["cmd"], req.get("args", {}))}
         except ArmTargetError as exc:
-            resp = {"id": req["id"], "ok": False, "kind": "target", "error": str(exc),
-                    "traceback": traceback.format_exc()}
+            # the Triton interpreter's own failure (CPU): the op cannot run here, whichever arm
+            na = interpreter_failure(exc)
+            resp = {"id": req["id"], "ok": False, "kind": "unavailable" if na else "target",
+                    "error": f"cannot run on CPU: {na} ({exc})" if na else str(exc), "traceback": traceback.format_exc()}
         except Exception as exc:  # noqa: BLE001 - every failure goes back to the coordinator, with its traceback
             resp = {"id": req["id"], "ok": False, "kind": "internal", "error": f"{type(exc).__name__}: {exc}",
                     "traceback": traceback.format_exc()}

@@ -1,7 +1,11 @@
 """The worker's rows and calls: seeded inputs, one call of the op, the saved outputs.
 
 Method: a row's inputs come from the campaign's ``make_inputs`` with the row's own seed
-(:func:`kgate.measure.tensors.row_seed`), every tensor hashed. A call is the op on the row's inputs;
+(:func:`kgate.measure.tensors.row_seed`), every tensor hashed and fingerprinted on its device. An op
+that writes into its inputs is noticed by :meth:`Calls.check_inputs` (the fingerprints after calls,
+outside any timing): undeclared, it is the arm's failure naming ``measure.writes_inputs``; declared,
+every input is copied back from a pristine copy before every call (untimed), so every call sees the
+same values. A call is the op on the row's inputs;
 mode ``fwdbwd`` adds ``torch.autograd.backward`` on the outputs the campaign differentiates, with
 output gradients drawn once per row from the row's seed. Leaf gradients are set to None and cyclic
 garbage is collected before every call (outside timing). An exception of the op is an
@@ -15,7 +19,7 @@ import gc
 from typing import Any
 
 from kgate.measure import census
-from kgate.measure.tensors import combined, hash_tree, leaves_of, row_seed, tensor_sha
+from kgate.measure.tensors import combined, fingerprint, hash_tree, leaves_of, row_seed, tensor_sha, tensors_of
 from kgate.measure.worker_state import ArmTargetError, RowState, State
 
 
@@ -40,8 +44,14 @@ class Calls:
             hashes: dict[str, str] = {}
             hash_tree(torch, list(args), "args", hashes)
             hash_tree(torch, kwargs, "kwargs", hashes)
-            s.rows[name] = RowState(name=name, values=dict(values), seed=seed, args=args, kwargs=kwargs,
-                                    leaves=leaves_of(torch, [args, kwargs]))
+            rs = RowState(name=name, values=dict(values), seed=seed, args=args, kwargs=kwargs,
+                          leaves=leaves_of(torch, [args, kwargs]))
+            tensors_of(torch, list(args), "args", rs.tensors)
+            tensors_of(torch, kwargs, "kwargs", rs.tensors)
+            rs.fingerprints = {k: fingerprint(torch, t) for k, t in rs.tensors.items()}
+            if s.writes_inputs:
+                rs.pristine = {k: t.detach().clone() for k, t in rs.tensors.items()}
+            s.rows[name] = rs
             out[name] = {"seed": seed, "tensors": hashes, "sha256": combined(hashes)}
         self._sync()
         return out
@@ -70,10 +80,36 @@ class Calls:
             t.grad = None
 
     def _prep(self, rs: RowState) -> None:
-        """Before every call, untimed: drop leaf gradients, collect the previous call's cyclic garbage
-        (the interpreter and some host code build reference cycles that hold tensors)."""
+        """Before every call, untimed: drop leaf gradients, restore the inputs of an op that writes into them
+        (``measure.writes_inputs``), collect the previous call's cyclic garbage (the interpreter and some host
+        code build reference cycles that hold tensors)."""
         self._zero_grads(rs)
+        self._restore(rs)
         gc.collect()
+
+    def _restore(self, rs: RowState) -> None:
+        if rs.pristine is None:
+            return
+        with self.s.torch.no_grad():
+            for k, t in rs.tensors.items():
+                t.copy_(rs.pristine[k])
+
+    def check_inputs(self, rs: RowState, after: str) -> None:
+        """The row's inputs still hold what was prepared (after restoring them, when the op writes into them).
+
+        Undeclared writes are the arm's failure (``ArmTargetError``): its calls would be timed on different data
+        each time; with ``measure.writes_inputs`` a restore that does not bring the values back is."""
+        torch = self.s.torch
+        self._restore(rs)
+        changed = [k for k, t in rs.tensors.items() if fingerprint(torch, t) != rs.fingerprints[k]]
+        if not changed:
+            return
+        if rs.pristine is None:
+            raise ArmTargetError(f"row {rs.name}: the op wrote into its inputs ({', '.join(changed)} changed {after}); "
+                                 "its calls would be timed on different data each time: declare "
+                                 "measure.writes_inputs: true if the op does this by design")
+        raise ArmTargetError(f"row {rs.name}: {', '.join(changed)} differ from their pristine copies after the "
+                             f"restore ({after}): the inputs are not what was prepared")
 
     def _grads_for(self, rs: RowState, outs: list[Any]) -> list[Any]:
         torch = self.s.torch

@@ -31,8 +31,10 @@ class Setup(Calls):
     """``init`` and what it installs."""
 
     def init(self, callable: str, inputs_file: str, dtype: str, seed: int, differentiate: list[int], cpu: bool,
-             cpu_setup: str | None, flush_bytes: int | None, env_record: list[str]) -> dict[str, Any]:
+             cpu_setup: str | None, flush_bytes: int | None, env_record: list[str],
+             writes_inputs: bool = False) -> dict[str, Any]:
         s = self.s
+        s.writes_inputs = bool(writes_inputs)
         interp_record = None
         setup_result = None
         if cpu:

@@ -32,6 +32,11 @@ class RowState:
     leaves: list[Any]
     grads: list[Any] | None = None
     grad_hashes: dict[str, str] | None = None
+    #: the row's input tensors by path name, their fingerprints after preparing, and (``writes_inputs``) pristine
+    #: copies they are restored from before every call
+    tensors: dict[str, Any] = field(default_factory=dict)
+    fingerprints: dict[str, list[int]] = field(default_factory=dict)
+    pristine: dict[str, Any] | None = None
 
 
 @dataclass
@@ -57,6 +62,7 @@ class State:
     spin_cycles_per_ms: float | None = None
     holds: dict[str, Hold] = field(default_factory=dict)
     syncs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    writes_inputs: bool = False
 
 
 @contextlib.contextmanager

@@ -57,12 +57,13 @@ class Timing(Calls):
                 walls.append(time.perf_counter() - t0)
         finally:
             s.autotune_bucket = None
+        self.check_inputs(rs, f"{calls} warm-up call(s)")
         s.row_picks.setdefault(row, {})[mode] = bucket
         new: list[dict[str, Any]] = []
         launched: list[dict[str, Any]] | None = None
         if s.cuda:
             # one more untimed call, after autotuning, with a launch hook: the variants this row runs
-            self._zero_grads(rs)
+            self._prep(rs)
             handles = record_launches(lambda: (self._call(rs, mode), self._sync()))
             funcs = triton_objects(s.package)[0]
             after = compiled_variants(funcs)
@@ -124,6 +125,7 @@ class Timing(Calls):
                     samples.append((time.perf_counter() - t0) * 1e3)
         if any(not (x > 0 and math.isfinite(x)) for x in samples):
             raise RuntimeError(f"row {row}: a timed call measured {min(samples)} ms; the timer is too coarse")
+        self.check_inputs(rs, f"{n} timed call(s)")
         out: dict[str, Any] = {"samples_ms": samples, "t_start": t_start, "t_end": time.time()}
         if hold and s.cuda:
             # unheld: samples after the row's hold was dropped (kgate.measure.host_ahead: calls that synchronise inside)

@@ -198,7 +198,15 @@ def execute(stage: str, fn: StageFn, args: argparse.Namespace) -> int:
     inputs = load_inputs(args.input_record, force=bool(getattr(args, "force", False)))
     ctx = Context(campaign=camp, gpu=args.gpu, candidate=args.candidate, args=args,
                   device=dev.as_dict(), inputs=inputs)
-    result = fn(ctx)
+    try:
+        result = fn(ctx)
+    except WorkerFailure as exc:
+        if not exc.unavailable:
+            raise
+        # the Triton interpreter itself cannot run the op: recorded, never the target's failure (nor a GO)
+        result = StageResult(gates=[Gate("runs_here", "the op runs on this device", "cannot run on CPU",
+                                         "unavailable", evidence=str(ctx.out_dir / f"worker-{exc.arm}.log"),
+                                         detail=str(exc))], data={"measured": False, "unavailable": str(exc)})
     env_patterns = camp.data.get("env", {}).get("record", [])
     prov = provenance.collect(clock=clock, device=dev.as_dict(), env_patterns=env_patterns,
                               local_rule=bool(args.local_rule))

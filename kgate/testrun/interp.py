@@ -16,8 +16,9 @@ Method
 ``install()`` sets ``TRITON_INTERPRET=1`` before Triton is imported, so every
 ``@triton.jit`` function becomes an interpreted one that runs its Python body
 with NumPy arrays. Stock Triton (3.7, 3.8, 3.9) cannot run production kernels
-that way without a GPU; ``install()`` patches three gaps in Triton's own
-classes, and nothing else:
+that way without a GPU; ``install()`` patches these gaps in Triton's own
+classes (and those of :mod:`kgate.testrun.interp_gaps`: float scalar arguments,
+libdevice math, bf16 constants), and nothing else:
 
 ``autotune_single_config``
     ``Autotuner.run`` benchmarks every config through the active driver's
@@ -87,6 +88,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from kgate.errors import KgateError
+from kgate.testrun import interp_gaps
 
 AUTOTUNE_POLICIES: tuple[str, ...] = ("first", "largest")
 FIXES: tuple[str, ...] = ("autotune_single_config", "loop_var_tensor", "bf16_decode")
@@ -148,11 +150,12 @@ def install(autotune_policy: str = "first") -> dict[str, Any]:
     _patch_autotuner()
     _patch_loop_variables()
     _patch_bf16()
+    interp_gaps.install(bf16_decode, bf16_encode)
     _record = {
         "interpreter": True,
         "triton": version,
         "numpy": np.__version__,
-        "fixes": list(FIXES),
+        "fixes": list(FIXES) + list(interp_gaps.FIXES),
         "autotune_policy": autotune_policy,
     }
     return _copy(_record)
@@ -291,6 +294,24 @@ def _patch_loop_variables() -> None:
     ASTTransformer.visit_For = visit_For
 
 
+def bf16_decode(bits: Any) -> Any:
+    """bf16 bit patterns (uint16) to fp32: bf16 is the upper half of an fp32, so widening is exact."""
+    import numpy as np
+
+    return (np.asarray(bits).astype(np.uint32) << np.uint32(16)).view(np.float32)
+
+
+def bf16_encode(values: Any) -> Any:
+    """fp32 values to bf16 bit patterns, rounded to nearest, ties to even (NaN: the quiet NaN 0x7FC0)."""
+    import numpy as np
+
+    x = np.asarray(values, dtype=np.float32)
+    bits = x.view(np.uint32)
+    # round to nearest, ties to even: add 0x7FFF plus the lowest kept bit, then drop 16 bits
+    rounded = ((bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16))
+    return np.where(np.isnan(x), np.uint16(0x7FC0), rounded.astype(np.uint16))
+
+
 def _patch_bf16() -> None:
     import numpy as np
     import triton.language as tl
@@ -304,16 +325,7 @@ def _patch_bf16() -> None:
     def is_bf16(value: Any) -> bool:
         return isinstance(value, handle_type) and getattr(value.dtype, "scalar", value.dtype) == bf16
 
-    def decode(bits: Any) -> Any:
-        # bf16 is the upper half of an fp32: widening is exact
-        return (np.asarray(bits).astype(np.uint32) << np.uint32(16)).view(np.float32)
-
-    def encode(values: Any) -> Any:
-        x = np.asarray(values, dtype=np.float32)
-        bits = x.view(np.uint32)
-        # round to nearest, ties to even: add 0x7FFF plus the lowest kept bit, then drop 16 bits
-        rounded = ((bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16))
-        return np.where(np.isnan(x), np.uint16(0x7FC0), rounded.astype(np.uint16))
+    decode, encode = bf16_decode, bf16_encode
 
     def truncate(values: Any) -> Any:
         x = np.asarray(values, dtype=np.float32)

@@ -23,6 +23,10 @@ At load, before any conftest or test module is imported (the plugin's
 
 An install or setup problem is a usage error: pytest prints one line and exits
 with status 4, never a test failure.
+
+A test that fails because of the interpreter itself (``kgate.testrun.interp_gaps.interpreter_failure``)
+is reported as skipped with the reason ``kgate: cannot run on CPU: <error>``; kgate's outcome
+recorder records it as ``unavailable`` (not a failure of the target, and not a pass).
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ import pytest
 
 from kgate.errors import KgateError
 from kgate.records import atomic_write_text
-from kgate.testrun import interp
+from kgate.testrun import interp, interp_gaps
 
 RECORD_SCHEMA = "kgate.interp/1"
 _record_key = pytest.StashKey[dict]()
@@ -65,6 +69,20 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
     early_config.stash[_record_key] = record
     if options.kgate_interp_record and "PYTEST_XDIST_WORKER" not in os.environ:
         _write_json(Path(options.kgate_interp_record), record)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """A failure of the interpreter itself becomes a skip that says so (recorded as ``unavailable``)."""
+    outcome = yield
+    report = outcome.get_result()
+    if call.excinfo is None or not report.failed:
+        return
+    why = interp_gaps.interpreter_failure(call.excinfo.value)
+    if why:
+        path, line, _ = item.location
+        report.outcome = "skipped"
+        report.longrepr = (str(item.path), (line or 0) + 1, f"{interp_gaps.UNAVAILABLE} {why}")
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kgate.records import Gate
-from kgate.testrun import runner
+from kgate.testrun import interp_gaps, runner
 
 
 def rerun_failures(spec: runner.GateSpec, first: runner.GateRun, wt: Path, out_dir: Path, cache: Path,
@@ -41,8 +41,20 @@ def run_with_reruns(spec: runner.GateSpec, wt: Path, out_dir: Path, cache: Path,
 
 
 def judge(first: runner.GateRun, history: dict[str, list[str]], evidence: str, name: str) -> Gate:
-    """Turn a gate run plus reruns into one gate row."""
+    """Turn a gate run plus reruns into one gate row.
+
+    Tests the Triton interpreter itself could not run (outcome ``unavailable``, CPU only) are neither
+    passes nor failures: they are named; when no test ran at all because of it, the gate is ``unavailable``
+    ("cannot run on CPU"), never a failure of the target."""
     if first.green:
+        na = sorted(i for i, t in first.tests.items() if t["outcome"] == "unavailable")
+        if na:
+            ran = [i for i, t in first.tests.items() if t["outcome"] not in ("unavailable", "skipped")]
+            first_error = (first.tests[na[0]].get("message") or "").split(interp_gaps.UNAVAILABLE)[-1].strip()
+            detail = (f"cannot run on CPU ({len(na)} test(s), the Triton interpreter itself failed; first: "
+                      f"{first_error}): {', '.join(na[:8])}" + (f" and {len(na) - 8} more" if len(na) > 8 else ""))
+            return Gate(name, "every collected test passes", first.summary(), "pass" if ran else "unavailable",
+                        evidence=evidence, detail=detail)
         return Gate(name, "every collected test passes", first.summary(), "pass", evidence=evidence)
     if first.collect_errors:
         ids = ", ".join(e["nodeid"] for e in first.collect_errors)

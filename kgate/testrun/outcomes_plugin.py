@@ -7,7 +7,8 @@ holds: collected and deselected ids, one entry per ended test id (its call
 reported, or its teardown after a setup that failed or skipped, or
 pytest-xdist's report for a test whose worker died; a test still in setup or
 call, on any worker, has no entry) with its outcome
-(passed, failed, error, skipped, xfailed, xpassed), duration and failure
+(passed, failed, error, skipped, xfailed, xpassed, and unavailable: the Triton interpreter
+itself failed under kgate's interpreter plugin), duration and failure
 text, collection errors, and where each top-level package of the tested tree
 was imported from (so a stage can prove the code under test is the worktree's).
 Works with pytest-xdist: workers write their collection beside PATH and the
@@ -25,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from kgate.testrun.interp_gaps import UNAVAILABLE
 
 _MAX_MSG = 4000
 
@@ -90,6 +93,9 @@ class _Recorder:
             t["outcome"] = "xfailed" if hasattr(report, "wasxfail") else "skipped"
         if (report.failed or report.skipped) and t["message"] is None:
             t["message"] = _text(report)
+            if report.skipped and UNAVAILABLE in t["message"]:
+                # kgate's interpreter plugin: the interpreter itself failed (kgate.testrun.interp_gaps)
+                t["outcome"] = "unavailable"
         elif report.failed:
             t["message"] = (t["message"] + "\n--- " + report.when + " ---\n" + _text(report))[-_MAX_MSG:]
         if report.when != "setup":

@@ -34,7 +34,8 @@ from kgate import paths
 from kgate.errors import ConfigError, KgateError, ProvenanceMismatch
 from kgate.testrun import outcomes_plugin, resume
 
-OUTCOMES_OK = frozenset({"passed", "skipped", "xfailed"})
+#: outcomes that are not failures; ``unavailable``: the Triton interpreter itself could not run the test (CPU)
+OUTCOMES_OK = frozenset({"passed", "skipped", "xfailed", "unavailable"})
 #: deaths by these signals are not the candidate's doing (a crash is SIGSEGV, SIGABRT, SIGBUS, SIGFPE, ...)
 _EXTERNAL_SIGNALS = frozenset({signal.SIGKILL, signal.SIGTERM, signal.SIGINT})
 

@@ -63,9 +63,14 @@ def baseline_view(data: dict[str, Any], links: Links) -> dict[str, Any] | None:
         return None
     data.pop("rows")
     table, temps, plots, census = [], [], [], []
+    mech = data.pop("mechanism", None)
     for r in rows:
         b = r.get("bound") or {}
         removed = r.get("removed") or {}
+        if isinstance(r.get("mechanism"), Mapping):
+            table.append(_mechanism_row(r, b))
+            census.append(_census(r))
+            continue
         table.append({
             "row": clean(r.get("row")), "kind": clean(r.get("kind")), "class": clean(r.get("class")),
             "endpoint": ms(r.get("endpoint_ms")), "spread": _spread(r.get("endpoint")),
@@ -87,14 +92,14 @@ def baseline_view(data: dict[str, Any], links: Links) -> dict[str, Any] | None:
                 temps.append({"row": clean(r.get("row")), "name": clean(t.get("name")), "bytes": mb(t.get("bytes")),
                               "accesses": clean(t.get("accesses")), "found": "yes" if t.get("found") else "NO",
                               "allocs": format_number(t.get("allocations_per_call_of_this_size"))})
-        ks = r.get("kernels") if isinstance(r.get("kernels"), list) else []
-        top = sorted((k for k in ks if isinstance(k, Mapping)), key=lambda k: -(as_float(k.get("device_us_per_call")) or 0.0))
-        census.append({"row": clean(r.get("row")), "kernels": _kernel_rows(top[:CENSUS_SHOWN]), "total": len(ks)})
+        census.append(_census(r))
     launch, bw = data.pop("launch_cost", None), data.pop("bandwidth", None)
     bound, bar = as_float(data.get("bound_geomean")), as_float(data.get("bar"))
     best = [(str(r.get("row")), float(x), None, None) for r in rows
             if (x := as_float((r.get("bound") or {}).get("best_case_speedup"))) is not None]
-    bound_plot = (svg_interval_plot(best, title="Best case per row if the hypothesis' launches and temporaries vanish",
+    what = ("if the hypothesis' mechanism works at its physical best" if mech
+            else "if the hypothesis' launches and temporaries vanish")
+    bound_plot = (svg_interval_plot(best, title=f"Best case per row {what}",
                                     x_label="best-case endpoint speedup", geomean=("bound (geomean)", bound, None, None)
                                     if bound is not None else None, bar=bar) if best else None)
     formula = clean(data.pop("formula", ""))
@@ -105,9 +110,49 @@ def baseline_view(data: dict[str, Any], links: Links) -> dict[str, Any] | None:
     if isinstance(bw, Mapping):
         gbs = as_float(bw.get("bytes_per_s"))
         facts.append(("bandwidth", f"{gbs / 1e9:,.1f} GB/s ({clean(bw.get('method'))})" if gbs else "—"))
+    peaks = data.pop("device_peaks", None)
+    if isinstance(mech, Mapping):
+        labels = mech.get("labels") or {}
+        facts.insert(0, ("mechanism", "; ".join(f"{k}: {clean(v)}" for k, v in labels.items()) or "—"))
+        if mech.get("weakest"):
+            facts.insert(1, ("evidence", "the bound rests on a DECLARED speedup (the engineer's number, not a measurement)"))
+    if isinstance(peaks, Mapping) and isinstance(peaks.get("flops_per_s"), Mapping):
+        rates = ", ".join(f"{k} {as_float(v) / 1e12:,.0f}" for k, v in peaks["flops_per_s"].items() if as_float(v))
+        facts.append(("device peaks", f"{(as_float(peaks.get('bytes_per_s')) or 0) / 1e9:,.0f} GB/s; TFLOP/s {rates} "
+                                      f"({clean(peaks.get('source'))})"))
     facts += _host_facts(data.pop("host_load", None))
     return {"facts": facts, "rows": table, "temporaries": temps, "plots": plots, "census": census,
-            "bound_plot": bound_plot, "formula": formula}
+            "bound_plot": bound_plot, "formula": formula, "mechanism": bool(mech)}
+
+
+def _census(r: Mapping[str, Any]) -> dict[str, Any]:
+    ks = r.get("kernels") if isinstance(r.get("kernels"), list) else []
+    top = sorted((k for k in ks if isinstance(k, Mapping)), key=lambda k: -(as_float(k.get("device_us_per_call")) or 0.0))
+    return {"row": clean(r.get("row")), "kernels": _kernel_rows(top[:CENSUS_SHOWN]), "total": len(ks)}
+
+
+def _mechanism_row(r: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
+    """One row of the plausibility table of a record with per-kind savings (kgate.measure.mechanism)."""
+    kinds = r["mechanism"]
+    terms, named = [], []
+    for kind, v in kinds.items():
+        saved = as_float((v or {}).get("saved_ms"))
+        terms.append(f"{kind} {us(saved * 1e3) if saved is not None else '—'}")
+        for e in (v or {}).get("entries") or []:
+            t, floor = as_float(e.get("time_ms")), as_float(e.get("floor_ms"))
+            if kind == "speeds_up":
+                frac = as_float(e.get("fraction_of_roofline"))
+                named.append(f"{clean(e.get('kernels'))}: {us(t * 1e3) if t is not None else '—'} → floor "
+                             f"{us(floor * 1e3) if floor is not None else '—'} ({clean(e.get('bound_by'))}"
+                             + (f", at {frac:.0%} of it" if frac is not None else "") + ")")
+            else:
+                named.append(f"{clean(e.get('kernels'))}: {us(t * 1e3) if t is not None else '—'} / "
+                             f"{clean(e.get('speedup'))} (declared: {clean(e.get('why'))})")
+    return {"row": clean(r.get("row")), "kind": clean(r.get("kind")), "class": clean(r.get("class") or r.get("dispatch")),
+            "endpoint": ms(r.get("endpoint_ms")), "spread": _spread(r.get("endpoint")),
+            "kernel_sum": ms(r.get("kernel_sum_ms")), "saved": "; ".join(terms), "named": named,
+            "best": times(b.get("best_case_speedup")), "arithmetic": clean(b.get("arithmetic")),
+            "peak": mb(r.get("peak_bytes"))}
 
 
 def _host_facts(host: Any) -> list[tuple[str, str]]:
