@@ -237,7 +237,6 @@ def _measure(ctx: Context, spec: MeasureSpec, cfg: BenchConfig, plan: Plan, arms
         "exclusive": exclusive_log + [{"when": f"after round {r['index'] + 1}", **r.get("exclusive", {})}
                                       for r in recorded if r.get("exclusive")],
         "workers": {a.name: a.info for a in arms.values()},
-        "triton_cache_state": {a.name: "warm" if a.cache_entries_at_start else "cold" for a in arms.values()},
         "autotune": {a: {"tuners": [t for t in v["tuners"] if t["picks"]], "row_picks": v["row_picks"]}
                      for a, v in autotune.items()},
         "bar": cfg.bar, "forced": ctx.forced,

@@ -178,7 +178,7 @@ def run(ctx: Context) -> StageResult:
     wt = paths.worktree(c.name, gpu, "bench_base")
     verify_worktree(wt, fx["data"]["bench_base"])
     verify_frozen(wt, fx["data"]["manifest"])
-    cache = paths.triton_cache(c.name, gpu, "bench-base")
+    cache = ctx.triton_cache
     kind = "cpu" if spec.cpu else "gpu"
     mode = spec.profile.get("mode", "fwdbwd")
     deadline = measure.Deadline(ctx.deadline_s(PROFILE_SHARE))
@@ -212,7 +212,6 @@ def run(ctx: Context) -> StageResult:
     data = {
         "measured": True, "cpu": spec.cpu, "timings_meaningful": not spec.cpu, "mode": mode, "bar": spec.bar,
         "bench_base": fx["data"]["bench_base"], "worktree": str(wt), "triton_cache": str(cache),
-        "triton_cache_state": "warm" if arm.cache_entries_at_start else "cold",
         "row_table": [r.as_dict() for r in table.values()], "registry": registry,
         "profile_rows": [r.name for r in rows], "launch_cost": launch, "bandwidth": bw, "formula": FORMULA,
         "rows": analysed, "bound_geomean": next(g.value for g in gates if g.name == "plausible_speedup"),
