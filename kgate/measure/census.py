@@ -65,6 +65,22 @@ def kernel_name(fn: Any) -> str:
     return getattr(base, "__name__", repr(fn))
 
 
+def triton_key(fn: Any) -> str | None:
+    """Triton's own key of a kernel (``JITFunction.cache_key``: its source, the Triton functions it calls, the
+    constexpr globals it reads and its first line's number), under which Triton caches its compiled variants
+    and autotune timings; None under the interpreter (no JIT function there)."""
+    from triton.runtime.jit import JITFunction
+
+    base = fn
+    for _ in range(8):
+        if isinstance(base, JITFunction):
+            return str(base.cache_key)
+        base = getattr(base, "fn", None)
+        if base is None:
+            return None
+    return None
+
+
 def source_sha(fn: Any) -> str | None:
     src = getattr(fn, "src", None)
     if src is None:
