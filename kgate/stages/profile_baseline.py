@@ -1,7 +1,7 @@
 """Stage ``profile_baseline``: where BENCH_BASE spends its time, and whether the hypothesis can reach its bar.
 
-Method: one worker on the BENCH_BASE worktree (its own Triton cache,
-``bench-base``) reads the benchmark registry once if the campaign names one,
+Method: one worker on the BENCH_BASE worktree (the stack's Triton cache,
+``kgate.cache``) reads the benchmark registry once if the campaign names one,
 then, in the same job, measures the device's launch cost (a one-store kernel
 launched back to back) and copy bandwidth. For each representative row it
 warms the op (compile and autotune), times the endpoint (flushed calls, CUDA

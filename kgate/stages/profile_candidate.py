@@ -1,7 +1,7 @@
 """Stage ``profile_candidate``: the pair table, measured on both arms with the same harness in one job.
 
-Method: two workers, BENCH_BASE (Triton cache ``bench-base``) and the
-candidate (``bench-cand``), on the same device. For each representative row
+Method: two workers, BENCH_BASE and the candidate, on the stack's one
+Triton cache (``kgate.cache``), on the same device. For each representative row
 (arms alternating which goes first) both arms get the same seeded inputs
 (sha256 compared), are warmed, timed and profiled exactly as in
 profile_baseline. Per row:
