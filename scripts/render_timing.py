@@ -37,6 +37,8 @@ ORDER = ("doctor", *protocol.STAGES, "report")
 def duration(s: float | None) -> str:
     if s is None:
         return "—"
+    if s < 10:
+        return f"{s:.1f} s"
     return f"{s:.0f} s" if s < 120 else f"{int(s // 60)} min {s % 60:.0f} s"
 
 
@@ -57,8 +59,11 @@ def render(rec: dict[str, Any]) -> list[str]:
     facts = ", ".join(f"{k} {st[v]}" for k, v in (("driver", "driver"), ("CUDA", "cuda"), ("torch", "torch"),
                                                     ("Triton", "triton")) if st.get(v))
     scen = list(rec["scenarios"])
-    out = [f"Measured by `scripts/time_to_verdict.py` on {dev} ({facts}), {m['cores']} cores, gate runs with "
-           f"{m['gate_workers_auto']} pytest-xdist workers; campaign `{rec['campaign']}`, started {rec['started_utc']}.",
+    workers = m["gate_workers_auto"]
+    gate = f"{workers} pytest-xdist workers" if workers > 1 else "one process (no pytest-xdist)"
+    out = [f"Measured by `scripts/time_to_verdict.py` on {dev} ({facts}), {m['cores']} cores, gate runs in {gate}; "
+           f"campaign `{rec['campaign']}`, started {rec['started_utc']}; cells: wall time (the kernel cache's state "
+           "when the stage started).",
            "", "| | " + " | ".join(scen) + " |", "|---|" + "---|" * len(scen)]
     for key, label in FIGURES:
         cells = []
