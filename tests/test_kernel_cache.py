@@ -328,3 +328,18 @@ def test_gate_workers(setting: str, cpu: bool, cores: int, cap: int | None, want
 def test_gate_workers_refuse_nonsense() -> None:
     with pytest.raises(ConfigError, match="neither a number nor 'auto'"):
         runner.resolve_workers("many", cpu=False, cores=4)
+
+
+def test_pick_status_names_why_an_unchanged_kernel_was_tuned_per_arm() -> None:
+    """The statuses the shared cache cannot give: a kernel moved in its file (same source, another Triton key),
+    the interpreter (no key) and a kernel one arm never ran; workers' answers written here."""
+    def arm(keys: dict[str, str | None], picks: dict[str, list[str]]) -> dict:
+        return {"tuners": [{"kernel": k, "triton_key": v} for k, v in keys.items()],
+                "row_picks": {"r": {"fwd": picks}}}
+    autotune = {"base": arm({"moved": "k1", "interp": None, "gone": "k3"},
+                            {"moved": ["BLOCK: 64"], "interp": ["BLOCK: 16"], "gone": ["BLOCK: 32"]}),
+                "cand": arm({"moved": "k2", "interp": None}, {"moved": ["BLOCK: 128"], "interp": ["BLOCK: 16"]})}
+    sources = {a: {"moved": "s1", "interp": "s2", "gone": "s3"} for a in ("base", "cand")}
+    got = {p["kernel"]: (p["status"], p["same"]) for p in autotune_picks("r", "fwd", autotune, sources)}
+    assert got == {"moved": ("retuned", False), "interp": ("retuned", True), "gone": ("one arm", False)}
+    assert autotune_diff("r", "fwd", autotune, sources) == ["moved base ['BLOCK: 64'] cand ['BLOCK: 128']"]
