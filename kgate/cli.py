@@ -11,6 +11,7 @@ Usage::
     python -m kgate compare X --candidates A B         # two candidates side by side (or --records R1 R2, or GPUs)
     python -m kgate export --format nvbench|pyperf REC  # a bench/model record's samples for NVBench or pyperf
     python -m kgate model ... --calibration            # an A/A of the model stage by hand (docs/measurement.md)
+    python -m kgate cache info|export|import ...       # the kernel cache of this stack, as a bundle (docs/cache.md)
 
 A ``KgateError`` prints one line ``kgate: error: ...`` on stderr and exits 2;
 any other exception is a bug and keeps its traceback.
@@ -76,6 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
     from kgate import audit
     ap = sub.add_parser("audit", help="overlap of campaigns on one target (exit 0 none, 1 overlap, 2 error)")
     audit.add_arguments(ap)
+    from kgate.cache import cli as cache_cli
+    cache_cli.add_arguments(sub.add_parser("cache", help="this stack's kernel cache: info, or a bundle to export "
+                                                         "or import (docs/cache.md)"))
     from kgate.ncu import export as ncu_export
     np_ = sub.add_parser("ncu-export", help="an ncu stage's CSV exports and their provenance, for tests/data/ncu/")
     ncu_export.add_arguments(np_)
@@ -114,6 +118,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.stage == "audit":
             from kgate import audit
             return audit.run_audit(args)
+        if args.stage == "cache":
+            from kgate.cache import cli as cache_cli
+            return cache_cli.run_cli(args)
         if args.stage == "ncu-export":
             from kgate.ncu import export as ncu_export
             return ncu_export.run_cli(args)

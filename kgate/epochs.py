@@ -6,8 +6,8 @@ its baseline (not the clone's path), the gate's test selection and its files
 hash), the frozen set, the dispatch classes, and every threshold and row
 (``measure``, ``profile``, ``bench`` and any later judging section). Each part
 is hashed separately (sha256 over canonical JSON plus file contents); the
-contract's digest hashes the parts. The candidate, the hypothesis and the
-notes are not part of it.
+contract's digest hashes the parts. The candidate, the hypothesis, the
+notes and where the target keeps its caches (``cache``) are not part of it.
 
 The ledger ``results/<campaign>/epochs.json`` (schema kgate.epochs/1) lists
 the epochs. ``check`` compares the current contract with the latest epoch:
@@ -44,7 +44,7 @@ from kgate.source import overlay
 
 LEDGER_SCHEMA = "kgate.epochs/1"
 # top-level campaign keys that are not part of the contract
-NOT_CONTRACT = frozenset({"schema", "name", "hypothesis", "notes", "candidate"})
+NOT_CONTRACT = frozenset({"schema", "name", "hypothesis", "notes", "candidate", "cache"})
 ARCHIVED = ("record.json", "verdict.json", "manifest.json", "candidate.patch")
 
 

@@ -6,6 +6,9 @@ work/<campaign>/<gpu>/                                      kgate's clone, workt
 reports/<campaign>/<gpu>/                                    the rendered report
 results/<campaign>/epochs.json, results/<campaign>/_epochs/  the epoch ledger and its archives
 work/cache/packages/                                         unpacked PyPI sdists, shared by campaigns
+work/cache/kernels/<stack>/                                  the kernel cache of one device class and software
+                                                             stack, shared by campaigns, stages and arms (the
+                                                             default of --kernel-cache; a profile setting)
 
 These run paths are relative to the Snakemake workdir (the kgate checkout).
 Two folders are absolute: ``PACKAGE`` (the installed package and the data it
@@ -37,6 +40,8 @@ PROJECT = PACKAGE.parent
 CAMPAIGNS = PROJECT / "config" / "campaigns"
 #: PyPI sdists unpacked once per sha256 (``kgate.source.packages``), relative to the workdir
 PACKAGE_CACHE = Path("work") / "cache" / "packages"
+#: the default root of the kernel caches (``--kernel-cache``, the profiles' ``kernel_cache``), relative to the workdir
+KERNEL_CACHE = Path("work") / "cache" / "kernels"
 
 
 def schema(name: str) -> Path:
@@ -118,17 +123,32 @@ def candidate_arm(candidate: str) -> str:
     return f"cand-{candidate}"
 
 
-def triton_cache(campaign: str, gpu: str, use: str) -> Path:
-    """Triton caches per use. 'gate' is shared by every correctness stage
-    (baseline_tests, fixture_freeze, candidate_gate): Triton keys compiled
-    kernels and autotune results by kernel source, so the candidate only
-    compiles what it changed. Timed stages get one cache per arm."""
-    return triton_root(campaign, gpu) / use
+def stack_cache(root: Path, stack_id: str) -> Path:
+    """<root>/<stack id>/: the kernel cache of one device class and software stack (``kgate.cache``), shared by
+    every campaign, stage and arm that runs on that stack."""
+    return Path(root) / stack_id
 
 
-def triton_root(campaign: str, gpu: str) -> Path:
-    """work/<campaign>/<gpu>/triton/: the folder of every Triton cache of :func:`triton_cache`."""
-    return work(campaign, gpu) / "triton"
+def triton_cache(root: Path, stack_id: str) -> Path:
+    """<root>/<stack id>/triton/: ``TRITON_CACHE_DIR`` of every stage and arm on the stack. Triton keys
+    compiled kernels and autotune results by kernel source and options, so sharing cannot mix arms
+    (docs/cache.md states what the key holds and what it does not)."""
+    return stack_cache(root, stack_id) / "triton"
+
+
+def target_cache(root: Path, stack_id: str, variable: str) -> Path:
+    """<root>/<stack id>/target/<VARIABLE>/: the folder a campaign's ``cache.target_env`` variable points at."""
+    return stack_cache(root, stack_id) / "target" / variable
+
+
+def stack_manifest(root: Path, stack_id: str) -> Path:
+    """<root>/<stack id>/stack.json: the facts of the stack the folder belongs to."""
+    return stack_cache(root, stack_id) / "stack.json"
+
+
+def imported_ledger(root: Path, stack_id: str) -> Path:
+    """<root>/<stack id>/imported.json: the entries ``kgate cache import`` brought (what makes a cache 'seeded')."""
+    return stack_cache(root, stack_id) / "imported.json"
 
 
 def report_dir(campaign: str, gpu: str) -> Path:

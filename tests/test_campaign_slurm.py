@@ -221,7 +221,8 @@ def test_missing_partition_fails_at_the_first_submission(tmp_path) -> None:
     # A site layer naming a partition the cluster does not have: the preflight is the first job submitted,
     # so sbatch refuses it in seconds and no stage runs.
     resources = ("slurm_partition='nope'", "slurm_account='kgate'", "gpu_model='tesla'", "gpu=0", "runtime=120",
-                 "test_timeout_s=900", "test_workers=1", "mem_mb=1000", "cpus_per_task=1")
+                 "test_timeout_s=900", "test_workers='auto'", "kernel_cache='work/cache/kernels'", "mem_mb=1000",
+                 "cpus_per_task=1")
     t0 = time.monotonic()
     proc = run(tmp_path, f"campaign={SECOND_OP}", args=("--default-resources", *resources), limit_s=300)
     took = time.monotonic() - t0

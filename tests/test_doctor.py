@@ -180,6 +180,16 @@ def test_profiles_carry_the_site_facts():
     for prof in ("slurm", "slurm-local", "local"):
         res = common.read_profile(REPO / "profiles" / prof)["default-resources"]
         assert res["runtime"] == "120" and res["test_timeout_s"] == "900" and res["gpu"] == "0"
+        # gate runs use the node's cores; one kernel cache root per workdir (docs/cache.md)
+        assert res["test_workers"] == "auto" and res["kernel_cache"] == "work/cache/kernels"
+
+
+def test_doctor_checks_the_profiles_kernel_cache(tmp_path):
+    site = doctor.site_from_args(parse("--profile", str(REPO / "profiles/slurm")))
+    assert "work/cache/kernels" in site.cache_dirs
+    site = doctor.site_from_args(parse("--profile", str(REPO / "profiles/slurm"), "--kernel-cache", str(tmp_path / "k")))
+    assert str(tmp_path / "k") in site.cache_dirs and "work/cache/kernels" not in site.cache_dirs
+    assert doctor.preflight_dirs("c", "h200", tmp_path / "k")[-1] == str(tmp_path / "k")
 
 
 def parse(*argv: str) -> argparse.Namespace:

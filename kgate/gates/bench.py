@@ -8,7 +8,8 @@ geomean lower bound >= bar; each dispatch class has an optimized gated row
 FAST; no optimized row SLOW beyond ``row_regression_max``; fallback rows and
 controls SAME; no gated row of each endpoint kind SLOW; peak memory drops by
 the temporaries on optimized rows only; autotune picks of unchanged kernels
-agree (or their rows are SAME); the GPU stayed exclusive (``exclusive_gate``).
+agree (shared through the kernel cache where their Triton key is equal; else
+their rows are SAME); the GPU stayed exclusive (``exclusive_gate``).
 An AMBIGUOUS row that decides a gate makes it ``inconclusive``, never
 ``pass``. On CPU every timed gate is evaluated and shown with status ``skip``
 (``cpu_skip``: "CPU timings are not meaningful"); the model gates use it too.
@@ -79,6 +80,8 @@ class RowOutcome:
     peak_cand: int | None = None
     expected_bytes: int = 0
     autotune_diff: tuple[str, ...] = field(default=())
+    #: every autotuned kernel the row ran, with both arms' picks (:func:`autotune_picks`)
+    autotune_picks: tuple[dict[str, Any], ...] = field(default=())
 
     @property
     def est(self) -> stats.RatioEstimate:
@@ -237,15 +240,27 @@ def gate_memory(gated: list[RowOutcome], cfg: BenchConfig, evidence: str) -> Gat
 
 
 def gate_autotune(outcomes: list[RowOutcome], evidence: str) -> Gate:
-    name, threshold = "autotune_consistent", "unchanged kernels pick the same configs in both arms (or the row is SAME)"
+    """Unchanged kernels run with the same autotune pick in both arms.
+
+    By construction for a kernel whose Triton key is equal in both arms: the arms share the stack's
+    kernel cache and Triton reads the first arm's timings back for the second (``shared``). A kernel
+    of identical source whose key differs (it moved in its file, or a function it calls changed) or
+    that has no key (the interpreter, an older Triton) is tuned by each arm; a differing pick there
+    is allowed only on a SAME row, as before. A ``shared`` kernel with differing picks means the cache
+    did not pin them (configs with a pre_hook, which Triton never caches, or Triton < 3.4 without
+    TRITON_CACHE_AUTOTUNING): judged by the same rule, and named in the detail.
+    """
+    name, threshold = "autotune_consistent", ("unchanged kernels pick the same configs in both arms (shared through "
+                                              "the kernel cache; else the row is SAME)")
     flagged = [o for o in outcomes if o.autotune_diff]
     moved = [o for o in flagged if o.cls != stats.SAME]
+    shared = {(p["kernel"], tuple(p["base"])) for o in outcomes for p in o.autotune_picks if p["status"] == "shared"}
+    value = f"{len(shared)} pick(s) shared through the kernel cache, {len(flagged)} row(s) flagged"
     if moved:
-        return Gate(name, threshold, f"{len(flagged)} row(s) flagged", "inconclusive", evidence=evidence,
+        return Gate(name, threshold, value, "inconclusive", evidence=evidence,
                     detail="; ".join(f"{o.key}: {', '.join(o.autotune_diff)} ({o.cls})" for o in moved)
                     + ": the difference may be the config, not the code; warm both caches again or pin configs")
-    return Gate(name, threshold, f"{len(flagged)} row(s) flagged" + (", all SAME" if flagged else ""), "pass",
-                evidence=evidence)
+    return Gate(name, threshold, value + (", all SAME" if flagged else ""), "pass", evidence=evidence)
 
 
 def cpu_skip(g: Gate) -> Gate:
@@ -294,15 +309,53 @@ def to_rounds(recorded: list[dict[str, Any]], key: str) -> list[stats.Round]:
     return out
 
 
+#: what :func:`autotune_picks` says about a kernel's picks in the two arms
+PICK_STATUS = {
+    "shared": "same Triton key in both arms: one tuning, read back from the kernel cache",
+    "retuned": "same source, another Triton key (moved in its file, a callee changed, or no key): tuned per arm",
+    "changed": "the candidate changed its source: tuned for the candidate",
+    "one arm": "ran in one arm only",
+}
+
+
+def _triton_keys(autotune: dict[str, Any], arm: str) -> dict[str, str | None]:
+    return {t["kernel"]: t.get("triton_key") for t in autotune[arm].get("tuners", [])}
+
+
+def autotune_picks(row: str, mode: str, autotune: dict[str, Any], sources: dict[str, dict[str, str | None]]
+                   ) -> list[dict[str, Any]]:
+    """Every autotuned kernel this row and mode ran, with each arm's picks and a status of :data:`PICK_STATUS`.
+
+    ``autotune`` is both arms' ``autotune`` answer (tuners with their Triton key, row picks) and
+    ``sources`` their kernel source hashes. Under the interpreter no kernel has a Triton key, so an
+    unchanged kernel is ``retuned`` (kgate's shim picks the same config in both arms there).
+    """
+    picks = {a: (autotune[a]["row_picks"].get(row) or {}).get(mode) or {} for a in ("base", "cand")}
+    keys = {a: _triton_keys(autotune, a) for a in ("base", "cand")}
+    out = []
+    for kernel in sorted(set(picks["base"]) | set(picks["cand"])):
+        if kernel not in picks["base"] or kernel not in picks["cand"]:
+            status = "one arm"
+        elif sources["base"].get(kernel) is None or sources["base"].get(kernel) != sources["cand"].get(kernel):
+            status = "changed"
+        elif keys["base"].get(kernel) and keys["base"].get(kernel) == keys["cand"].get(kernel):
+            status = "shared"
+        else:
+            status = "retuned"
+        out.append({"kernel": kernel, "status": status, "base": sorted(picks["base"].get(kernel, [])),
+                    "cand": sorted(picks["cand"].get(kernel, [])),
+                    "same": sorted(picks["base"].get(kernel, [])) == sorted(picks["cand"].get(kernel, []))})
+    return out
+
+
 def autotune_diff(row: str, mode: str, autotune: dict[str, Any], sources: dict[str, dict[str, str | None]]
                   ) -> list[str]:
     """Kernels with identical source in both arms whose autotune picks differ for this row and mode."""
-    picks = {a: (autotune[a]["row_picks"].get(row) or {}).get(mode) or {} for a in ("base", "cand")}
     out = []
-    for kernel in sorted(set(picks["base"]) & set(picks["cand"])):
-        same_src = sources["base"].get(kernel) is not None and sources["base"].get(kernel) == sources["cand"].get(kernel)
-        if same_src and sorted(picks["base"][kernel]) != sorted(picks["cand"][kernel]):
-            out.append(f"{kernel} base {picks['base'][kernel]} cand {picks['cand'][kernel]}")
+    for p in autotune_picks(row, mode, autotune, sources):
+        if p["status"] in ("shared", "retuned") and not p["same"]:
+            why = " (shared Triton key, not pinned by the cache)" if p["status"] == "shared" else ""
+            out.append(f"{p['kernel']} base {p['base']} cand {p['cand']}{why}")
     return out
 
 
@@ -327,6 +380,7 @@ def describe(o: RowOutcome, recorded: list[dict[str, Any]], cfg: BenchConfig, pr
         "peak_drop_bytes": None if o.peak_base is None or o.peak_cand is None else o.peak_base - o.peak_cand,
         "kernels": {"base": sorted(prof_base["kernels"]), "cand": sorted(prof_cand["kernels"])},
         "autotune_diff": list(o.autotune_diff),
+        "autotune_picks": list(o.autotune_picks),
         "warm_wall_s": {a: warm[a]["wall_s"] for a in ("base", "cand")},
     }
 

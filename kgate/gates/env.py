@@ -6,9 +6,10 @@ comparable only when those variables are equal. kgate records them for every
 stage process, every gate test process (at the end of its session, so a
 variable the code under test set while running is seen) and every measurement
 worker (after it imported the target). ``diff`` compares two such records;
-variables kgate sets itself per use (``KGATE_SET``: the arm's own Triton
-cache, the interpreter switch, the import path) and those the campaign lists
-in ``env.compare_ignore`` (device placement) are left out.
+variables kgate sets itself per use (``KGATE_SET``: the stack's Triton
+cache and its autotune switch, the worker flag, the import path; the folders
+of the campaign's ``cache.target_env``) and those the campaign lists in
+``env.compare_ignore`` (device placement) are left out.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 
 from kgate.records import Gate
 
-KGATE_SET = frozenset({"TRITON_CACHE_DIR", "PYTHONPATH", "KGATE_WORKER"})
+KGATE_SET = frozenset({"TRITON_CACHE_DIR", "TRITON_CACHE_AUTOTUNING", "PYTHONPATH", "KGATE_WORKER"})
 
 
 def diff(before: dict[str, str], after: dict[str, str], ignore: list[str] | tuple[str, ...],
@@ -33,7 +34,9 @@ def diff(before: dict[str, str], after: dict[str, str], ignore: list[str] | tupl
 
 
 def ignored(campaign_data: dict[str, Any]) -> list[str]:
-    return list(campaign_data.get("env", {}).get("compare_ignore", []))
+    """``env.compare_ignore`` and the ``cache.target_env`` variables (kgate points them at the kernel cache)."""
+    return [*campaign_data.get("env", {}).get("compare_ignore", []),
+            *(campaign_data.get("cache") or {}).get("target_env", [])]
 
 
 def _show(value: str | None) -> str:

@@ -3,10 +3,10 @@
 The timed stages (profile_baseline, profile_candidate, bench) never run the
 target in their own process. Each arm is a long-lived ``python -m kgate.measure.worker``
 process whose PYTHONPATH starts with that arm's worktree and whose
-TRITON_CACHE_DIR is the arm's own (``work/<c>/<g>/triton/bench-base`` or
-``bench-cand``); the stage talks to it in JSON lines over stdin/stdout
-(:class:`Arm`). Everything op-specific comes from the campaign's ``measure``
-section (:class:`kgate.measure.rows.MeasureSpec`). Before any timing, :func:`start_arms` checks
+TRITON_CACHE_DIR is the stack's kernel cache, shared by both arms (``kgate.cache``; Triton
+keys its entries by kernel source and options, so an arm never runs the other's kernels); the
+stage talks to it in JSON lines over stdin/stdout (:class:`Arm`). Everything op-specific comes
+from the campaign's ``measure`` section (:class:`kgate.measure.rows.MeasureSpec`). Before any timing, :func:`start_arms` checks
 that each arm imported the target from its own worktree, :func:`check_same_device` that both arms
 see one GPU, :func:`compare_hashes` that their inputs are bit-identical.
 
@@ -74,7 +74,6 @@ class Arm:
         self._pending = ""
         self.info: dict[str, Any] = {}
         triton_cache.mkdir(parents=True, exist_ok=True)
-        self.cache_entries_at_start = sum(1 for _ in triton_cache.iterdir())
         log.parent.mkdir(parents=True, exist_ok=True)
         self._log_fh = log.open("a")
         self._log_fh.write(f"--- kgate worker {name}: {worktree}\n")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import math
+import os
 import sys
 from typing import Any
 
@@ -63,6 +64,25 @@ def kernel_name(fn: Any) -> str:
     while hasattr(base, "fn") and not inspect.isfunction(base):
         base = base.fn
     return getattr(base, "__name__", repr(fn))
+
+
+def triton_key(fn: Any) -> str | None:
+    """Triton's own key of a kernel (``JITFunction.cache_key``: its source, the Triton functions it calls, the
+    constexpr globals it reads and its first line's number), under which Triton caches its compiled variants
+    and autotune timings; None under the interpreter (which compiles and caches nothing, and whose functions
+    Triton's key cannot walk)."""
+    from triton.runtime.jit import JITFunction
+
+    if os.environ.get("TRITON_INTERPRET", "").lower() in ("1", "true", "on", "yes"):
+        return None
+    base = fn
+    for _ in range(8):
+        if isinstance(base, JITFunction):
+            return str(base.cache_key)
+        base = getattr(base, "fn", None)
+        if base is None:
+            return None
+    return None
 
 
 def source_sha(fn: Any) -> str | None:

@@ -19,7 +19,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from kgate import paths
 from kgate.errors import ConfigError
 from kgate.measure.arms import Arm, Deadline, ask_all, compare_hashes, start_arms
 from kgate.measure.rows import Row, load_spec
@@ -35,7 +34,7 @@ def compare(ctx: Any, wt_base: Path, wt_cand: Path, rows: list[Row], enabled: tu
     spec = load_spec(c, gpu)
     if spec is None:
         raise ConfigError(f"campaign {c.name}: key 'dispatch.rows' needs a measure section (the callable)")
-    cache = paths.triton_cache(c.name, gpu, "gate")
+    cache = ctx.triton_cache
     deadline = Deadline(ctx.deadline_s(OUTPUTS_SHARE))
     out_dir = ctx.out_dir / "outputs"
     out_dir.mkdir(parents=True, exist_ok=True)

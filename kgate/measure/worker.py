@@ -2,7 +2,7 @@
 
 Usage (started by ``kgate.measure.arms.Arm``, never by hand)::
 
-    cd <arm worktree> && PYTHONPATH=<worktree>:... TRITON_CACHE_DIR=<arm cache> \\
+    cd <arm worktree> && PYTHONPATH=<worktree>:... TRITON_CACHE_DIR=<stack cache> \\
         python -m kgate.measure.worker --arm base        # JSON lines in on stdin, out on stdout
 
 Protocol

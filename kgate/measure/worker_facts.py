@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from kgate.measure import peaks
-from kgate.measure.census import compiled_variants, kernel_name, source_sha, triton_objects
+from kgate.measure.census import compiled_variants, kernel_name, source_sha, triton_key, triton_objects
 from kgate.measure.worker_calls import Calls
 
 
@@ -30,7 +30,9 @@ class Facts(Calls):
         _funcs, tuners = triton_objects(self.s.package)
         out = []
         for t in tuners.values():
-            out.append({"kernel": kernel_name(t), "source_sha": source_sha(t.fn),
+            # the key of a tuner that ran is already computed (its compile needed it); one that never ran has none
+            key = triton_key(t.fn) if getattr(t, "cache", None) else None
+            out.append({"kernel": kernel_name(t), "source_sha": source_sha(t.fn), "triton_key": key,
                         "configs": len(getattr(t, "configs", []) or []),
                         "picks": {str(k): str(v) for k, v in getattr(t, "cache", {}).items()}})
         return {"tuners": sorted(out, key=lambda x: x["kernel"]), "row_picks": self.s.row_picks}

@@ -2,7 +2,7 @@
 
 Usage (started by ``kgate.stages.ncu``, never by hand)::
 
-    cd <arm worktree> && PYTHONPATH=<worktree>:... TRITON_CACHE_DIR=<arm cache> \\
+    cd <arm worktree> && PYTHONPATH=<worktree>:... TRITON_CACHE_DIR=<stack cache> \\
         ncu ... --profile-from-start off python -m kgate.ncu.target --arm base \\
         --request R.request.json --result R.result.json
 

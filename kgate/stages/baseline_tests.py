@@ -25,7 +25,7 @@ def run(ctx: Context) -> StageResult:
     wt = paths.worktree(c.name, gpu, "baseline")
     verify_worktree(wt, target["data"]["baseline_sha"])
     spec = ctx.gate_spec()
-    cache = paths.triton_cache(c.name, gpu, "gate")
+    cache = ctx.triton_cache
     first, history = run_with_reruns(spec, wt, ctx.out_dir, cache, c.data["gate"]["reruns"])
     row = judge(first, history, first.junit_path, "baseline_gate")
     data = {"baseline_sha": target["data"]["baseline_sha"], "worktree": str(wt), "run": first.as_data(),

@@ -2,8 +2,8 @@
 
 Method (docs/measurement.md has the rules and their limits):
 
-1. Two workers, BENCH_BASE (Triton cache ``bench-base``) and the candidate
-   (``bench-cand``); both must report the same device. On a GPU the compute
+1. Two workers, BENCH_BASE and the candidate, on the stack's one Triton
+   cache (``kgate.cache``); both must report the same device. On a GPU the compute
    processes on it must be exactly these two workers, checked before round 1
    and after every round (recorded).
 2. Every row (gated rows in the gated mode, controls in the control mode) is
@@ -32,8 +32,9 @@ Method (docs/measurement.md has the rules and their limits):
    dispatch class has an optimized gated row FAST; no optimized row SLOW
    beyond ``row_regression_max``; fallback rows and controls SAME; no gated
    row of each endpoint kind SLOW; peak memory drops by the temporaries on
-   optimized rows only; autotune picks of unchanged kernels agree (or their
-   rows are SAME); the GPU stayed exclusive. An AMBIGUOUS row that decides a
+   optimized rows only; autotune picks of unchanged kernels agree (shared
+   through the kernel cache where their Triton key is equal; else their
+   rows are SAME; every pick is listed per row); the GPU stayed exclusive. An AMBIGUOUS row that decides a
    gate makes it ``inconclusive``, never ``pass``. On CPU every timed gate
    is evaluated and shown with status ``skip`` ("CPU timings are not
    meaningful").
@@ -53,6 +54,7 @@ from kgate.gates.bench import (
     BenchConfig,
     RowOutcome,
     autotune_diff,
+    autotune_picks,
     behind_note,
     describe,
     evaluate,
@@ -218,7 +220,8 @@ def _measure(ctx: Context, spec: MeasureSpec, cfg: BenchConfig, plan: Plan, arms
         diff = autotune_diff(row.name, mode, autotune, sources)
         o = RowOutcome(key=key, row=row.name, mode=mode, role=role, kind=row.kind, klass=row.klass(spec.class_key),
                        path=path, decision=d, peak_base=pb_["peak_bytes"], peak_cand=pc_["peak_bytes"],
-                       expected_bytes=spec.expected_bytes(row), autotune_diff=tuple(diff))
+                       expected_bytes=spec.expected_bytes(row), autotune_diff=tuple(diff),
+                       autotune_picks=tuple(autotune_picks(row.name, mode, autotune, sources)))
         outcomes.append(o)
         row_data.append(describe(o, recorded, cfg, pb_, pc_, warm[key]))
     exclusive = exclusive_gate(recorded, exclusive_log, spec.cpu, evidence)
@@ -237,7 +240,6 @@ def _measure(ctx: Context, spec: MeasureSpec, cfg: BenchConfig, plan: Plan, arms
         "exclusive": exclusive_log + [{"when": f"after round {r['index'] + 1}", **r.get("exclusive", {})}
                                       for r in recorded if r.get("exclusive")],
         "workers": {a.name: a.info for a in arms.values()},
-        "triton_cache_state": {a.name: "warm" if a.cache_entries_at_start else "cold" for a in arms.values()},
         "autotune": {a: {"tuners": [t for t in v["tuners"] if t["picks"]], "row_picks": v["row_picks"]}
                      for a, v in autotune.items()},
         "bar": cfg.bar, "forced": ctx.forced,

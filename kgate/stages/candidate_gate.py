@@ -145,7 +145,7 @@ def run(ctx: Context) -> StageResult:
                  "fail", evidence=str(paths.record(c.name, gpu, "fixture_freeze")), detail="; ".join(stage_diff)),
             Gate("gate_tests_pass", "every frozen test passes", "not run: the environment differs", "skip")],
             data={"candidate": cid, "env_diff": stage_diff, "env": env_now})
-    cache = paths.triton_cache(c.name, gpu, "gate")
+    cache = ctx.triton_cache
     main = runner.run(spec, wt, ctx.out_dir, cache, tag="gate")
     runner.check_imports(main, wt)
     gates = []

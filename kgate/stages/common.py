@@ -17,6 +17,8 @@ from typing import Any
 
 from kgate import campaign_checks, epochs, paths, protocol, provenance
 from kgate import device as device_mod
+from kgate.cache import stack as stack_mod
+from kgate.cache.store import KernelCache
 from kgate.campaign import Campaign
 from kgate.errors import IncompleteData
 from kgate.gates import env as env_gates
@@ -43,7 +45,7 @@ class Context:
 
     ``args`` is the stage's parsed command line; stages read it only through the
     properties below (``stage``, ``forced``, ``calibration``, ``workers``,
-    ``test_timeout_s``, ``sdist_cache``, ``deadline_s``), never directly.
+    ``test_timeout_s``, ``sdist_cache``, ``kernel_cache``, ``deadline_s``), never directly.
     """
 
     campaign: Campaign
@@ -74,8 +76,23 @@ class Context:
 
     @property
     def workers(self) -> int:
-        """``--workers``: pytest-xdist workers of a gate run (1 = no xdist)."""
-        return int(self.args.workers)
+        """``--workers``: pytest-xdist workers of a gate run (1 = no xdist); ``auto`` is
+        ``runner.resolve_workers`` on this machine's cores, capped by the campaign's ``gate.max_workers``."""
+        return runner.resolve_workers(str(self.args.workers), cpu=self.gpu == "cpu",
+                                      cap=self.campaign.data["gate"].get("max_workers"))
+
+    @property
+    def kernel_cache(self) -> KernelCache:
+        """The kernel cache of this stage's stack under ``--kernel-cache`` (``kgate.cache.store``), with the
+        campaign's ``cache.target_env`` variables."""
+        root = Path(getattr(self.args, "kernel_cache", None) or paths.KERNEL_CACHE)
+        return KernelCache(root, stack_mod.from_device(self.device, self.gpu),
+                           tuple((self.campaign.data.get("cache") or {}).get("target_env", [])))
+
+    @property
+    def triton_cache(self) -> Path:
+        """``TRITON_CACHE_DIR`` of every gate run, worker and ncu process of this stage (the stack's, shared)."""
+        return self.kernel_cache.triton
 
     @property
     def test_timeout_s(self) -> int:
@@ -117,7 +134,8 @@ class Context:
             test_timeout_s=int(test_timeout), run_timeout_s=int(self.deadline_s(GATE_RUN_SHARE)),
             workers=self.workers,
             env_record=tuple(self.campaign.data.get("env", {}).get("record", [])),
-            env_set=tuple(sorted((g.get("env") or {}).items())))
+            env_set=tuple(sorted((g.get("env") or {}).items())),
+            cache_env=tuple(sorted(self.kernel_cache.env().items())))
 
 
 def timed_arms(ctx: Context, worktrees: tuple[Path, Path], start: Callable[[list[tuple[str, Path, Path]]], list[Arm]],
@@ -125,8 +143,8 @@ def timed_arms(ctx: Context, worktrees: tuple[Path, Path], start: Callable[[list
     """Both arms of a timed stage (bench, model) as warm workers, around the stage's own ``measure(arms)``.
 
     ``start`` gets (name, worktree, Triton cache) for BENCH_BASE's and the
-    candidate's ``worktrees`` (the timed stages' caches ``bench-base`` and
-    ``bench-cand``) and returns the started arms. Their environments are judged
+    candidate's ``worktrees`` (both the stack's one cache: Triton keys its entries
+    by kernel source, so the arms share what did not change) and returns the started arms. Their environments are judged
     first (``gates.env.arms_gate``): a fail ends the stage before anything is
     timed. ``measure``'s gates follow that runner. A worker failure in the
     candidate's own code (an import, a crash, a hang) is a measured failure,
@@ -138,8 +156,7 @@ def timed_arms(ctx: Context, worktrees: tuple[Path, Path], start: Callable[[list
     wt_base, wt_cand = worktrees
     arm_list: list[Arm] = []
     try:
-        arm_list = start([("base", wt_base, paths.triton_cache(c.name, gpu, "bench-base")),
-                          ("cand", wt_cand, paths.triton_cache(c.name, gpu, "bench-cand"))])
+        arm_list = start([("base", wt_base, ctx.triton_cache), ("cand", wt_cand, ctx.triton_cache)])
         env_gate = env_gates.arms_gate(c.data, {a.name: a.info["env"] for a in arm_list}, evidence)
         if env_gate.status == "fail":
             return StageResult(gates=[env_gate], data={"measured": False, "candidate": cid,
@@ -169,8 +186,12 @@ def add_common_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--local-rule", action="store_true", help="The workflow runs this rule on the submit host.")
     p.add_argument("--runtime-min", type=float, default=120.0, help="Stage time limit (minutes); gate runs get 90 %%.")
     p.add_argument("--test-timeout-s", type=int, default=900, help="Per-test timeout unless the campaign sets one.")
-    p.add_argument("--workers", type=int, default=1, help="pytest-xdist workers for gate runs (1 = no xdist).")
+    p.add_argument("--workers", default="auto",
+                   help="pytest-xdist workers for gate runs: a number (1 = no xdist) or 'auto' (this machine's cores; "
+                        "kgate.testrun.runner.resolve_workers).")
     p.add_argument("--sdist-cache", default="work/cache/sdists", help="Folder of pinned sdists.")
+    p.add_argument("--kernel-cache", default=str(paths.KERNEL_CACHE),
+                   help="Root of the kernel caches, one folder per device class and software stack (docs/cache.md).")
     p.add_argument("--force", action="store_true",
                    help="Run past an input that stopped, or a measuring stage's fail or inconclusive (config "
                         "force=true; protocol.EVIDENCE_STAGES); the verdict stays STOPPED or NO-GO, never GO.")
@@ -198,6 +219,9 @@ def execute(stage: str, fn: StageFn, args: argparse.Namespace) -> int:
     inputs = load_inputs(args.input_record, force=bool(getattr(args, "force", False)))
     ctx = Context(campaign=camp, gpu=args.gpu, candidate=args.candidate, args=args,
                   device=dev.as_dict(), inputs=inputs)
+    cache = ctx.kernel_cache
+    cache.prepare()
+    at_start = cache.census()
     try:
         result = fn(ctx)
     except WorkerFailure as exc:
@@ -209,7 +233,8 @@ def execute(stage: str, fn: StageFn, args: argparse.Namespace) -> int:
                                          detail=str(exc))], data={"measured": False, "unavailable": str(exc)})
     env_patterns = camp.data.get("env", {}).get("record", [])
     prov = provenance.collect(clock=clock, device=dev.as_dict(), env_patterns=env_patterns,
-                              local_rule=bool(args.local_rule))
+                              local_rule=bool(args.local_rule),
+                              extra={"kernel_cache": cache.provenance(at_start, cache.census())})
     record = build_record(stage=stage, campaign=camp.name, gpu=args.gpu, candidate=args.candidate,
                           result=result, provenance=prov,
                           epoch={"number": epoch["number"], "contract": epoch["contract"]} if epoch else None)

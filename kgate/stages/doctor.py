@@ -11,7 +11,9 @@ small function returning a frozen ``kgate.site.common.Check`` (``pass``,
     slurm_status      the executor's status polling will work (sacct needs
                       accounting; squeue needs MinJobAge >= 3 x init seconds)
     target_path       the target clone is readable here
-    caches            the cache folders are writable here
+    caches            the cache folders (kgate's work folder, the kernel caches'
+                      root: --kernel-cache or the profile's kernel_cache) are
+                      writable here
     compute_node      both again from a compute node of the partition (one
                       short ``srun`` job)
     device_class      this node's device class is the one the run's paths
@@ -98,7 +100,9 @@ def site_from_args(args: argparse.Namespace) -> Site:
                                                if prof.get("slurm-status-command") else None),
         init_seconds=int(init) if str(init).isdigit() else DEFAULT_INIT_SECONDS,
         target_path=args.target_path,
-        cache_dirs=tuple(args.cache_dir) if args.cache_dir else DEFAULT_CACHE_DIRS,
+        cache_dirs=tuple(args.cache_dir) if args.cache_dir else (
+            *DEFAULT_CACHE_DIRS, *([str(args.kernel_cache or res["kernel_cache"])]
+                                   if (args.kernel_cache or res.get("kernel_cache")) else [])),
         require_gpu=args.require_gpu,
         timeout_s=args.timeout,
         srun_wait_s=args.srun_wait,
@@ -200,6 +204,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target-path", default=None, help="the target clone; must be readable here and on compute nodes")
     parser.add_argument("--cache-dir", action="append", default=None,
                         help=f"cache folder that must be writable (repeatable; default: {', '.join(DEFAULT_CACHE_DIRS)})")
+    parser.add_argument("--kernel-cache", default=None,
+                        help="root of the kernel caches (default: the profile's kernel_cache; with --record: "
+                             f"{paths.KERNEL_CACHE}); must be writable, on storage every node shares")
     parser.add_argument("--require-gpu", action="store_true",
                         help="fail instead of skip when no GPU is visible here or the partition has none")
     parser.add_argument("--timeout", type=float, default=20.0, help="seconds for each Slurm query (default 20)")
@@ -244,10 +251,11 @@ REQUIREMENTS = {
 
 
 
-def preflight_dirs(campaign: str, gpu: str) -> tuple[str, ...]:
+def preflight_dirs(campaign: str, gpu: str, kernel_cache: str | Path = paths.KERNEL_CACHE) -> tuple[str, ...]:
     """The folders every stage of a campaign on a device class writes: its work
-    folder (worktrees, Triton caches), results and logs."""
-    return (str(paths.triton_root(campaign, gpu)), str(paths.results(campaign, gpu)), str(paths.logs(campaign, gpu)))
+    folder (clone, worktrees), results and logs, and the kernel caches' root (shared by campaigns)."""
+    return (str(paths.work(campaign, gpu)), str(paths.results(campaign, gpu)), str(paths.logs(campaign, gpu)),
+            str(kernel_cache))
 
 
 def target_clone(campaign: Campaign, override: str | None) -> str | None:
@@ -286,7 +294,8 @@ def run_preflight(args: argparse.Namespace, run: Runner = run_cmd, *, job: Mappi
     except (OSError, ValueError) as exc:
         raise ConfigError(f"doctor: cannot read profile {args.profile}: {exc}") from exc
     site = replace(site, preflight=True, expected_class=args.gpu, target_path=target_clone(camp, args.target_path),
-                   cache_dirs=tuple(args.cache_dir) if args.cache_dir else preflight_dirs(camp.name, args.gpu))
+                   cache_dirs=tuple(args.cache_dir) if args.cache_dir
+                   else preflight_dirs(camp.name, args.gpu, args.kernel_cache or paths.KERNEL_CACHE))
     job = slurm_provenance(dict(os.environ)) if job is None else job
     dev = device.detect() if dev is None else dev
     checks = run_checks(site, run, job=job, dev=dev)

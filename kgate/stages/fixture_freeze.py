@@ -42,7 +42,7 @@ def run(ctx: Context) -> StageResult:
                           f"(allowed by fixture.test_paths: {list(allowed)})")
     bench_base = git.commit_all(wt, f"kgate: fixture for {c.name} ({fx['overlay']})")
     spec = ctx.gate_spec()
-    cache = paths.triton_cache(c.name, gpu, "gate")
+    cache = ctx.triton_cache
     first, history = run_with_reruns(spec, wt, ctx.out_dir, cache, c.data["gate"]["reruns"])
     gates = [judge(first, history, first.junit_path, "fixture_gate_green")]
     base_ids = set(base["data"]["run"]["collected"])

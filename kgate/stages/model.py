@@ -330,7 +330,6 @@ def _measure(ctx: Context, spec: ModelSpec, settings: dict[str, Any], pkgs: list
         "exclusive": exclusive_log + [{"when": f"after round {r['index'] + 1}", **r.get("exclusive", {})}
                                       for r in recorded if r.get("exclusive")],
         "workers": {a.name: a.info for a in arms.values()},
-        "triton_cache_state": {a.name: "warm" if a.cache_entries_at_start else "cold" for a in arms.values()},
         "forced": ctx.forced,
     }
     return StageResult(gates=gates, data=data, reasons=reasons)

@@ -184,7 +184,7 @@ def run_pass(ctx: Context, spec: MeasureSpec, nspec: NcuSpec, exe: str, p: Pass,
     the GPU's clocks and compute processes just before and its clocks just after). A pass an earlier run
     measured under the same key (command, request and ``identity``: the arm's commit, ncu's version, the GPU)
     is kept instead."""
-    cache = paths.triton_cache(ctx.campaign.name, ctx.gpu, f"bench-{arm}")
+    cache = ctx.triton_cache
     stem = (ctx.out_dir / row.name / f"{arm}.{p.name}").resolve()
     stem.parent.mkdir(parents=True, exist_ok=True)
     request = {"init": spec.worker_init(), "row": row.values, "mode": nspec.mode, "warm_calls": nspec.warm_calls}

@@ -1,7 +1,7 @@
 """Stage ``profile_baseline``: where BENCH_BASE spends its time, and whether the hypothesis can reach its bar.
 
-Method: one worker on the BENCH_BASE worktree (its own Triton cache,
-``bench-base``) reads the benchmark registry once if the campaign names one,
+Method: one worker on the BENCH_BASE worktree (the stack's Triton cache,
+``kgate.cache``) reads the benchmark registry once if the campaign names one,
 then, in the same job, measures the device's launch cost (a one-store kernel
 launched back to back) and copy bandwidth. For each representative row it
 warms the op (compile and autotune), times the endpoint (flushed calls, CUDA
@@ -182,7 +182,7 @@ def run(ctx: Context) -> StageResult:
     wt = paths.worktree(c.name, gpu, "bench_base")
     verify_worktree(wt, fx["data"]["bench_base"])
     verify_frozen(wt, fx["data"]["manifest"])
-    cache = paths.triton_cache(c.name, gpu, "bench-base")
+    cache = ctx.triton_cache
     kind = "cpu" if spec.cpu else "gpu"
     mode = spec.profile.get("mode", "fwdbwd")
     deadline = measure.Deadline(ctx.deadline_s(PROFILE_SHARE))
@@ -219,7 +219,6 @@ def run(ctx: Context) -> StageResult:
     data = {
         "measured": True, "cpu": spec.cpu, "timings_meaningful": not spec.cpu, "mode": mode, "bar": spec.bar,
         "bench_base": fx["data"]["bench_base"], "worktree": str(wt), "triton_cache": str(cache),
-        "triton_cache_state": "warm" if arm.cache_entries_at_start else "cold",
         "row_table": [r.as_dict() for r in table.values()], "registry": registry,
         "profile_rows": [r.name for r in rows], "launch_cost": launch, "bandwidth": bw, "formula": FORMULA,
         "mechanism": {"kinds": list(spec.mechanism.kinds), "labels": {k: mechanism.LABELS[k] for k in spec.mechanism.kinds},

@@ -1,7 +1,7 @@
 """Stage ``profile_candidate``: the pair table, measured on both arms with the same harness in one job.
 
-Method: two workers, BENCH_BASE (Triton cache ``bench-base``) and the
-candidate (``bench-cand``), on the same device. For each representative row
+Method: two workers, BENCH_BASE and the candidate, on the stack's one
+Triton cache (``kgate.cache``), on the same device. For each representative row
 (arms alternating which goes first) both arms get the same seeded inputs
 (sha256 compared), are warmed, timed and profiled exactly as in
 profile_baseline. Per row:
@@ -211,8 +211,8 @@ def run(ctx: Context) -> StageResult:
     evidence = str(paths.record(c.name, gpu, "profile_candidate", cid))
     deadline = measure.Deadline(ctx.deadline_s(PROFILE_SHARE))
     try:
-        arms = measure.start_arms(ctx, spec, [("base", wt_base, paths.triton_cache(c.name, gpu, "bench-base")),
-                                              ("cand", wt_cand, paths.triton_cache(c.name, gpu, "bench-cand"))],
+        arms = measure.start_arms(ctx, spec, [("base", wt_base, ctx.triton_cache),
+                                              ("cand", wt_cand, ctx.triton_cache)],
                                   deadline)
     except WorkerFailure as exc:
         if exc.arm == "cand" and exc.target:
@@ -280,7 +280,6 @@ def run(ctx: Context) -> StageResult:
         "hidden_kernels": hidden_kernels(spec, table) if table else [],
         "resources": resources, "classes": class_resources(spec, table, resources, mode, min_ratio) if table else [],
         "workers": {a.name: a.info for a in arms},
-        "triton_cache_state": {a.name: "warm" if a.cache_entries_at_start else "cold" for a in arms},
         "autotune": {k: {"tuners": [t for t in v["tuners"] if t["picks"]], "row_picks": v["row_picks"]}
                      for k, v in autotune.items()},
         "baseline_profile": {r["row"]: r["endpoint_ms"] for r in pb["data"].get("rows", [])},

@@ -56,6 +56,8 @@ class GateSpec:
     workers: int = 1
     env_record: tuple[str, ...] = ()
     env_set: tuple[tuple[str, str], ...] = ()
+    #: what the kernel cache sets besides TRITON_CACHE_DIR (``kgate.cache.store.KernelCache.env``)
+    cache_env: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +131,43 @@ class GateRun:
         }
 
 
+#: ``auto`` workers on a GPU: the cores less two (the stage and xdist's controller), at most this many
+GPU_WORKERS_MAX = 16
+#: ``auto`` workers under the CPU interpreter: one per four cores, at most this many (CI's 2 cores: 1, no xdist)
+CPU_WORKERS_MAX = 4
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity mask: a Slurm job's or taskset's share), else all."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def resolve_workers(setting: str, *, cpu: bool, cap: int | None = None, cores: int | None = None) -> int:
+    """pytest-xdist workers of a gate run from ``--workers`` (a number, or ``auto``).
+
+    ``auto`` on a GPU: the usable cores less two, between 1 and :data:`GPU_WORKERS_MAX` (each worker
+    compiles Triton kernels on a core of its own and shares the one GPU); under the CPU interpreter,
+    where every worker is a Python process running kernels in NumPy: a quarter of the cores, between 1
+    and :data:`CPU_WORKERS_MAX`. ``cap`` (the campaign's ``gate.max_workers``, for a suite whose tests
+    depend on running in one process in file order) bounds both. Limits: the core count is the affinity
+    mask, not the load other jobs put on those cores.
+    """
+    n = usable_cores() if cores is None else cores
+    if setting == "auto":
+        workers = max(1, min(CPU_WORKERS_MAX, n // 4)) if cpu else max(1, min(GPU_WORKERS_MAX, n - 2))
+    else:
+        try:
+            workers = int(setting)
+        except ValueError as exc:
+            raise ConfigError(f"--workers (resource test_workers): {setting!r} is neither a number nor 'auto'") from exc
+        if workers < 1:
+            raise ConfigError(f"--workers (resource test_workers): {workers} is below 1")
+    return min(workers, cap) if cap else workers
+
+
 def build_env(spec: GateSpec, worktree: Path, triton_cache: Path) -> dict[str, str]:
     """The worker's environment: inherited, with the worktree first on PYTHONPATH, plus kgate's settings."""
     for name in spec.forbid_env:
@@ -146,6 +185,7 @@ def build_env(spec: GateSpec, worktree: Path, triton_cache: Path) -> dict[str, s
         if name in spec.forbid_env:
             raise ConfigError(f"gate.env: {name} is also in gate.forbid_env")
         env[name] = value
+    env.update(dict(spec.cache_env))
     env["TRITON_CACHE_DIR"] = str(triton_cache.resolve())
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["PYTHONUNBUFFERED"] = "1"

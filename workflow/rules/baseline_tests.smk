@@ -19,6 +19,7 @@ checkpoint baseline_tests:
             --campaign-file {params.campaign_file:q} \
             --gpu {wildcards.gpu:q} \
             --record {output.record:q} \
+            --kernel-cache {resources.kernel_cache:q} \
             --input-record {input.target:q} \
             --runtime-min {resources.runtime} \
             --test-timeout-s {resources.test_timeout_s} \

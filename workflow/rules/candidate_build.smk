@@ -21,6 +21,7 @@ checkpoint candidate_build:
             --gpu {wildcards.gpu:q} \
             --candidate {wildcards.cand:q} \
             --record {output.record:q} \
+            --kernel-cache {resources.kernel_cache:q} \
             --input-record {input.fixture:q} \
             --local-rule \
             {params.overrides:q} \

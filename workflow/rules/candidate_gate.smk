@@ -20,6 +20,7 @@ checkpoint candidate_gate:
             --gpu {wildcards.gpu:q} \
             --candidate {wildcards.cand:q} \
             --record {output.record:q} \
+            --kernel-cache {resources.kernel_cache:q} \
             --input-record {input.fixture:q} \
             --input-record {input.build:q} \
             --runtime-min {resources.runtime} \

@@ -17,6 +17,7 @@ rule doctor:
         """
         python -m kgate doctor \
             --record {output.record:q} \
+            --kernel-cache {resources.kernel_cache:q} \
             --campaign-file {CAMPAIGN_FILE:q} \
             --gpu {wildcards.gpu:q} \
             {BASE_OVERRIDES:q} \

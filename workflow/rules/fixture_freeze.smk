@@ -21,6 +21,7 @@ checkpoint fixture_freeze:
             --campaign-file {params.campaign_file:q} \
             --gpu {wildcards.gpu:q} \
             --record {output.record:q} \
+            --kernel-cache {resources.kernel_cache:q} \
             --input-record {input.target:q} \
             --input-record {input.baseline:q} \
             --runtime-min {resources.runtime} \

@@ -28,6 +28,7 @@ checkpoint ncu:
             --gpu {wildcards.gpu:q} \
             --candidate {wildcards.cand:q} \
             --record {output.record:q} \
+            --kernel-cache {resources.kernel_cache:q} \
             --input-record {input.fixture:q} \
             --input-record {input.profile:q} \
             --input-record {input.build:q} \

@@ -20,6 +20,7 @@ checkpoint profile_baseline:
             --campaign-file {params.campaign_file:q} \
             --gpu {wildcards.gpu:q} \
             --record {output.record:q} \
+            --kernel-cache {resources.kernel_cache:q} \
             --input-record {input.fixture:q} \
             --runtime-min {resources.runtime} \
             --test-timeout-s {resources.test_timeout_s} \

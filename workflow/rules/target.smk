@@ -22,6 +22,7 @@ checkpoint target:
             --campaign-file {params.campaign_file:q} \
             --gpu {wildcards.gpu:q} \
             --record {output.record:q} \
+            --kernel-cache {resources.kernel_cache:q} \
             --sdist-cache {params.sdist_cache:q} \
             --local-rule \
             {params.overrides:q} \

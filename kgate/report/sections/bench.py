@@ -11,7 +11,9 @@ with median, mean, std, min, p10, p20, p80, p90 and n of every timed call
 (ms), the drift of the per-round medians (least-squares slope per round
 relative to the median; the medians themselves stay in the record), class
 and path, and peak memory per arm. Rows where an unchanged kernel picked a
-different autotune config in the two arms are listed. The template escapes
+different autotune config in the two arms are listed; folded, every autotuned
+kernel's picks in both arms with the rows that ran them and whether the pick
+was shared through the kernel cache, tuned per arm, or the candidate's own. The template escapes
 every string; the keys shown here are taken out of the data, and the page
 names the rest.
 """
@@ -55,6 +57,7 @@ def view(data: dict[str, Any], links: Links) -> dict[str, Any] | None:
         return None
     data.pop("rows")
     table, forest, classes, picks = [], [], [], []
+    tuned: dict[tuple[str, str, str, str], list[str]] = {}
     for r in rows:
         summary = r.get("summary") or {}
         peaks = r.get("peak_bytes") or {}
@@ -74,6 +77,11 @@ def view(data: dict[str, Any], links: Links) -> dict[str, Any] | None:
             classes.append(clean(r.get("classification")) if r.get("classification") else None)
         for d in r.get("autotune_diff") or []:
             picks.append({"row": clean(_label(r)), "what": clean(d)})
+        for p in r.get("autotune_picks") or []:
+            if isinstance(p, Mapping):
+                k = (str(p.get("kernel")), str(p.get("status")), ", ".join(map(str, p.get("base") or [])) or "—",
+                     ", ".join(map(str, p.get("cand") or [])) or "—")
+                tuned.setdefault(k, []).append(_label(r))
     resolution = as_float((data.get("controller") or {}).get("resolution"))
     est = data.get("geomean") if isinstance(data.get("geomean"), Mapping) else {}
     plots: list[Markup] = []
@@ -91,7 +99,16 @@ def view(data: dict[str, Any], links: Links) -> dict[str, Any] | None:
               if est else "—"),
              ("bar", times(data.get("bar")))]
     return {"facts": facts, "stats": [k.removesuffix("_ms") for k in STATS], "rows": table, "plots": plots,
-            "picks": picks}
+            "picks": picks, "tuned": [{"kernel": clean(k), "status": clean(st), "base": clean(b), "cand": clean(c),
+                                       "rows": clean(", ".join(rs))} for (k, st, b, c), rs in sorted(tuned.items())],
+            "tuned_counts": ", ".join(f"{n} {st}" for st, n in sorted(_count(st for (_k, st, _b, _c) in tuned).items()))}
+
+
+def _count(items: Any) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for x in items:
+        out[x] = out.get(x, 0) + 1
+    return out
 
 
 def _drift_text(medians: Any) -> str:

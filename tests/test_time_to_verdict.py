@@ -1,0 +1,112 @@
+"""scripts/time_to_verdict.py's pieces and scripts/render_timing.py, on the files they read and write.
+
+The benchmark itself is a script with a record (it runs whole campaigns, minutes each), never a test;
+these check what it parses and what the renderer writes, on small inputs made here.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "scripts"))
+
+import render_timing  # noqa: E402
+import time_to_verdict  # noqa: E402
+
+from kgate import campaign  # noqa: E402
+
+SNAKEMAKE_LOG = """\
+Select jobs to execute...
+Execute 1 jobs...
+[Wed Dec  2 01:03:40 2026]
+localrule doctor:
+    output: results/c/cpu/doctor/record.json
+    jobid: 3
+    resources: tmpdir=/tmp
+[Wed Dec  2 01:03:52 2026]
+Finished jobid: 3 (Rule: doctor)
+[Wed Dec  2 01:03:53 2026]
+checkpoint baseline_tests:
+    jobid: 5
+"""
+
+
+def test_snakemake_jobs_come_from_its_log(tmp_path: Path) -> None:
+    (tmp_path / "x.snakemake.log").write_text(SNAKEMAKE_LOG)
+    since = time.mktime(time.strptime("Wed Dec  2 01:03:00 2026", "%a %b %d %H:%M:%S %Y"))
+    jobs = time_to_verdict.snakemake_jobs(tmp_path, since)
+    assert [(j["rule"], j["jobid"], j.get("wall_s")) for j in jobs] == [("doctor", 3, 12.0), ("baseline_tests", 5, None)]
+    assert jobs[1]["finished"] is None  # cut: started, never finished
+    assert time_to_verdict.snakemake_jobs(tmp_path, since + 3600) == []
+
+
+def test_the_profile_copy_sets_the_scenarios_kernel_cache(tmp_path: Path) -> None:
+    prof = time_to_verdict.profile_copy(REPO / "profiles" / "local", tmp_path / "p", tmp_path / "k")
+    text = (prof / "config.yaml").read_text()
+    assert f"  - kernel_cache='{(tmp_path / 'k').resolve()}'" in text and "work/cache/kernels" not in text
+    assert text.replace(f"'{(tmp_path / 'k').resolve()}'", "'work/cache/kernels'") == \
+        (REPO / "profiles" / "local" / "config.yaml").read_text()
+
+
+def test_the_edit_changes_the_candidate_id_but_not_its_code_lines(tmp_path: Path) -> None:
+    camp = campaign.load("chunk-local-cumsum-identity")
+    src = time_to_verdict.edited_candidate(camp, tmp_path / "edited")
+    from kgate.source import candidate
+
+    edited = campaign.load("chunk-local-cumsum-identity", {"candidate": src})
+    assert candidate.identity(edited) != candidate.identity(camp)
+    before = (REPO / "kernels/chunk_local_cumsum_identity/candidate/identity_wrapper.py").read_text().rstrip("\n")
+    after = (tmp_path / "edited" / "identity_wrapper.py").read_text()
+    assert after == before + f"\n{time_to_verdict.EDIT_MARK}\n"
+
+
+def _record() -> dict:
+    """A made-up record (the renderer's input format; no figure here is a measurement)."""
+    def stage(name: str, wall: float, state: str) -> dict:
+        return {"stage": name, "candidate": None, "status": "pass", "wall_s": wall, "started_utc": "x",
+                "finished_utc": "y", "cache_state": state, "cache_added": {}}
+    done = {"status": "done", "wall_s": 10.0}
+    return {"schema": render_timing.SCHEMA, "campaign": "c", "started_utc": "2026-01-01T00:00:00Z",
+            "machine": {"stack": {"gpu": "NVIDIA H200", "driver": "1", "cuda": "12.8", "torch": "2", "triton": "3"},
+                        "cores": 16, "gate_workers_auto": 14},
+            "scenarios": {
+                "cold": {"phases": {"first": {**done, "stages": [stage("baseline_tests", 400, "cold")]},
+                                    "forced": {**done, "stages": [stage("bench", 90, "warm")]},
+                                    "rerun": {"status": "cut", "wall_s": 130.0, "stages": []}},
+                         "totals": {"first_verdict_s": 10.0, "full_forced_verdict_s": 20.0, "rerun_after_edit_s": None}},
+                "warm": {"phases": {"first": {**done, "stages": [stage("baseline_tests", 40, "warm")]}},
+                         "totals": {"first_verdict_s": 10.0, "full_forced_verdict_s": None, "rerun_after_edit_s": None}}}}
+
+
+def test_the_renderer_replaces_only_the_marked_block(tmp_path: Path) -> None:
+    readme = tmp_path / "README.md"
+    readme.write_text(f"intro\n\n- a list item:\n\n  {render_timing.BEGIN}\n  | old | row |\n  {render_timing.END}\n\nafter\n")
+    rec = tmp_path / "r.json"
+    rec.write_text(json.dumps(_record()))
+    p = subprocess.run([sys.executable, str(REPO / "scripts" / "render_timing.py"), str(rec), "--write", str(readme)],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    text = readme.read_text()
+    assert text.startswith("intro\n\n- a list item:\n\n  <!-- time-to-verdict:begin -->\n  Measured by")
+    assert text.endswith("  <!-- time-to-verdict:end -->\n\nafter\n") and "| old | row |" not in text
+    assert "  | baseline_tests | 6 min 40 s (cold) | — | 40 s (warm) | — |" in text
+    assert "  | rerun after a candidate edit (forced) | cut after 2 min 10 s | not run |" in text
+    assert "  | time to the full forced verdict | 20 s | not run |" in text
+
+
+def test_the_readme_has_the_block_the_renderer_writes() -> None:
+    lines = [ln.strip() for ln in (REPO / "README.md").read_text().splitlines()]
+    assert lines.count(render_timing.BEGIN) == 1 and lines.count(render_timing.END) == 1
+    assert lines.index(render_timing.BEGIN) < lines.index(render_timing.END)
+
+
+def test_a_record_of_another_kind_is_refused() -> None:
+    with pytest.raises(SystemExit, match="not a kgate.time-to-verdict/1 record"):
+        render_timing.render({"schema": "kgate.stage/1"})
