@@ -337,7 +337,8 @@ def test_preflight_writes_a_stage_record(tmp_path):
     rec = read_record(out)
     assert (rec["stage"], rec["status"], rec["gpu"], rec["candidate"]) == ("doctor", "pass", "cpu", None)
     gates = {g["name"]: g for g in rec["gates"]}
-    assert list(gates) == list(doctor.REQUIREMENTS), "one gate per check, in order"
+    assert list(gates) == [k for k in doctor.REQUIREMENTS if k != "device_peaks"], "one gate per check, in order"
+    assert rec["data"]["device_peaks"] is None, "a CPU run measures no peaks"
     assert all(g["threshold"] == doctor.REQUIREMENTS[n] for n, g in gates.items())
     assert gates["target_path"]["status"] == "pass" and str(clone) in gates["target_path"]["value"]
     assert rec["data"]["target_path"] == str(clone) and rec["data"]["schema"] == doctor.SCHEMA
@@ -369,7 +370,11 @@ def test_preflight_with_blocked_counters_runs_and_records_ncu_unavailable(tmp_pa
     GO, and its record keeps ncu as unavailable."""
     monkeypatch.setattr(node, "find_ncu", lambda: "/opt/nvidia/ncu")
     denied = "==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU Performance Counters"
-    run = fake({("/opt/nvidia/ncu", "--version"): ok("Version 2025.3.0.0 (build 36273991)\n"),
+    # a stand-in for the peak probes' output on an H200 (their real run needs a GPU: kgate.measure.peaks)
+    peaks = {"device": "NVIDIA H200", "cuda": True, "meaningful": True, "bandwidth": {"bytes_per_s": 4.2e12},
+             "flops": {"flops_per_s": {"bf16": 7.9e14, "fp32": 5.0e13}}}
+    run = fake({(sys.executable, "-m", "kgate.measure.peaks"): ok(json.dumps(peaks) + "\n"),
+                ("/opt/nvidia/ncu", "--version"): ok("Version 2025.3.0.0 (build 36273991)\n"),
                 ("/opt/nvidia/ncu",): Proc(1, denied + "\n", ""), (sys.executable,): ARCH_OK})
     clone = tmp_path / "clone"
     clone.mkdir()
@@ -378,6 +383,8 @@ def test_preflight_with_blocked_counters_runs_and_records_ncu_unavailable(tmp_pa
                  "--cache-dir", str(tmp_path / "c"))
     assert doctor.run_preflight(args, run, job=NO_JOB, dev=H200) == 0
     rec = read_record(out)
+    assert rec["data"]["device_peaks"] == peaks, "the roofline bounds read the preflight's peaks from its record"
+    assert {g["name"]: g for g in rec["gates"]}["device_peaks"]["value"].startswith("NVIDIA H200: copy 4200 GB/s")
     ncu = {g["name"]: g for g in rec["gates"]}["ncu"]
     assert ncu["status"] == "unavailable" and "ERR_NVGPUCTRPERM" in ncu["value"] and "cannot be GO" in ncu["value"]
     assert rec["status"] == "unavailable"

@@ -276,7 +276,8 @@ class TestInstall:
         """install() reports the interpreter, versions, the three fixes and the policy."""
         record = first["record"]
         assert record["interpreter"] is True
-        assert record["fixes"] == ["autotune_single_config", "loop_var_tensor", "bf16_decode"]
+        assert record["fixes"] == ["autotune_single_config", "loop_var_tensor", "bf16_decode", "float_scalar_args",
+                                   "libdevice_math", "bf16_constant"]
         assert record["autotune_policy"] == "first"
         assert interp.TRITON_TESTED[0] <= interp._major_minor(record["triton"]) < interp.TRITON_TESTED[1]
         json.dumps(record)

@@ -2,7 +2,10 @@
 
 Method: ``measure_row`` asks a worker (``kgate.measure.arms.Arm``) to prepare
 the row's seeded inputs, warm the op (``profile.warm_calls``, 1 on CPU: compile
-and autotune), time ``endpoint_samples`` flushed calls and profile
+and autotune), time ``endpoint_samples`` flushed calls with the benchmark's
+timer (``bench.timer``: with the default host-ahead hold the endpoint is the
+device's time for a call, as bench measures it, not the host's launch rate)
+and profile
 ``iterations`` calls under torch.profiler; the row's inputs stay prepared.
 ``per_call`` sums the launches and device time of the profiled kernels a
 regex matches, divided by the profiled iterations. ``not_measured`` is the
@@ -31,7 +34,7 @@ def measure_row(arm: Arm, row: Row, spec: MeasureSpec, mode: str) -> dict[str, A
     prep = arm.request("prepare", rows=[row.values])[row.name]
     warm_calls = 1 if spec.cpu else int(spec.profile.get("warm_calls", 2))
     warm = arm.request("warm", row=row.name, mode=mode, calls=warm_calls)
-    timed = arm.request("time", row=row.name, mode=mode, n=spec.endpoint_samples())
+    timed = arm.request("time", row=row.name, mode=mode, n=spec.endpoint_samples(), hold=spec.hold)
     prof = arm.request("profile", row=row.name, mode=mode, iterations=spec.iterations())
     return {"inputs": prep, "warm": warm, "samples_ms": timed["samples_ms"], "profile": prof}
 

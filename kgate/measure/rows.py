@@ -281,6 +281,12 @@ class MeasureSpec:
     def samples(self) -> int:
         return int(self.cpu_settings["samples"] if self.cpu else self.bench["samples"])
 
+    @property
+    def hold(self) -> bool:
+        """Whether timed calls hold the GPU until the host has enqueued them (``bench.timer: host_ahead``, GPU only):
+        the profile stages time their endpoints as bench does."""
+        return not self.cpu and self.bench.get("timer", "host_ahead") == "host_ahead"
+
     def endpoint_samples(self) -> int:
         return int(self.cpu_settings["samples"] if self.cpu else self.profile["endpoint_samples"])
 

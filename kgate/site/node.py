@@ -153,9 +153,10 @@ def measure_peaks(*, run: Runner = run_cmd, timeout: float = 300.0) -> tuple[Che
             except ValueError:
                 info = None
             break
-    if p.rc != 0 or not info:
+    if p.rc != 0 or not info or not {"device", "bandwidth", "flops"} <= set(info):
         err = [ln.strip() for ln in p.err.splitlines() if ln.strip()]
-        return Check(name, "unavailable", f"the peak probes did not run: {err[-1] if err else p.first_error}"), None
+        why = err[-1] if err else (p.first_error if p.rc != 0 else "no peak document in its output")
+        return Check(name, "unavailable", f"the peak probes did not run: {why}"), None
     rates = info["flops"]["flops_per_s"]
     text = ", ".join(f"{k} {v / 1e12:.0f}" for k, v in rates.items())
     return Check(name, "pass", f"{info['device']}: copy {info['bandwidth']['bytes_per_s'] / 1e9:.0f} GB/s; "

@@ -299,17 +299,16 @@ def run_preflight(args: argparse.Namespace, run: Runner = run_cmd, *, job: Mappi
     job = slurm_provenance(dict(os.environ)) if job is None else job
     dev = device.detect() if dev is None else dev
     checks = run_checks(site, run, job=job, dev=dev)
+    peaks = None
+    if args.gpu != "cpu" and not any(c.status == "fail" for c in checks):
+        peak_check, peaks = node.measure_peaks(run=run)
+        checks.append(peak_check)
     print_checks(checks)
     failed = [c for c in checks if c.status == "fail"]
     if failed:
         where = f"node {job['node']}, Slurm job {job['job_id']}" if cluster.in_slurm_job(job) else "no Slurm job"
         raise PreflightError(f"preflight failed ({where}); no stage ran: "
                              + "; ".join(f"{c.name}: {c.message}" for c in failed))
-    peaks = None
-    if args.gpu != "cpu":
-        peak_check, peaks = node.measure_peaks(run=run)
-        print_checks([peak_check])
-        checks.append(peak_check)
     gates = [Gate(c.name, REQUIREMENTS[c.name], c.message, c.status) for c in checks]
     data = {"schema": SCHEMA, "profile": site.profile, "partition": site.partition or job.get("partition"),
             "target_path": site.target_path, "cache_dirs": list(site.cache_dirs),
