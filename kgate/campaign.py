@@ -88,6 +88,11 @@ def _fill_defaults(node: Any, sch: dict[str, Any]) -> Any:
     return node
 
 
+def section_defaults(section: str) -> dict[str, Any]:
+    """What the defaults fill into an empty top-level ``section`` of a campaign (its keys nobody set)."""
+    return _fill_defaults({}, schema("campaign")["properties"][section])
+
+
 @dataclass(frozen=True, slots=True)
 class CandidateSource:
     """Where the candidate comes from: kind is overlay, ref or worktree."""

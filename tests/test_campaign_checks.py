@@ -155,3 +155,67 @@ def test_dag_build_refuses_with_one_line_and_no_traceback(tmp_path: Path) -> Non
     assert proc.stderr.strip().splitlines()[-1] == lines[0]
     assert "Traceback" not in out, out
     assert not (tmp_path / "wd" / "results").exists()
+
+
+LIGER = CAMPAIGNS / "liger-layer-norm-rows.yaml"
+
+
+def speeds_up(d: dict, i: int = 0) -> dict:
+    return d["measure"]["mechanism"]["speeds_up"][i]
+
+
+@pytest.mark.parametrize(("source", "mutate", "expected"), [
+    # the mechanism's kernels and its per-row model
+    (LIGER, lambda d: speeds_up(d).update(kernels="^_layer_norm_forward_kernel("),
+     "key 'measure.mechanism.speeds_up[0].kernels': '^_layer_norm_forward_kernel(' is not a regular expression"),
+    (LIGER, lambda d: speeds_up(d, 1).update(bytes="3*R*H*dtype_bytes"),
+     "key 'measure.mechanism.speeds_up[1].bytes': '3*R*H*dtype_bytes' uses 'H', which the row does not define"),
+    (LIGER, lambda d: speeds_up(d).update(flops="8*R*(N-100000)"),
+     "key 'measure.mechanism.speeds_up[0].flops': '8*R*(N-100000)' is -"),
+    (LIGER, lambda d: speeds_up(d).update(precision="fp8"), "key 'measure.mechanism.speeds_up.0.precision'"),
+    (LIGER, lambda d: d["measure"]["mechanism"].update(declared=[{"kernels": "x", "speedup": 0.9, "why": "w"}]),
+     "key 'measure.mechanism.declared.0.speedup'"),
+    (LIGER, lambda d: d["measure"].update(mechanism={}), "key 'measure.mechanism'"),
+    (LIGER, lambda d: d["measure"].update(class_key="N"), "key 'measure'"),
+    # a row's dispatch class
+    (DEFAULT, lambda d: d["measure"].update(dispatch_of="BT64-D{D}-{layout}"),
+     "key 'measure.dispatch_of': 'BT64-D{D}-{layout}' cannot be formatted for row B1_T8192_H96_D128"),
+    (DEFAULT, lambda d: d["measure"].update(dispatch_of="BT32-D{D}-{kind}"),
+     "key 'measure.dispatch_of': row B1_T8192_H96_D128 has dispatch class 'BT32-D128-dense', not one of"),
+    # the end-to-end workload
+    (LIGER, lambda d: d["model"].update(workloads=["dense", "varlen"]),
+     "key 'model.varlen_key' is required: model.workloads has varlen"),
+    (LIGER, lambda d: d["model"].update(builder="kernels/liger_layer_norm_rows/model_patch.py:build"),
+     "key 'model': give either config_class and model_class, or builder"),
+    (LIGER, lambda d: d["model"]["patch"].update(function="kernels/liger_layer_norm_rows/nope.py:swap"),
+     "key 'model.patch.function': file 'kernels/liger_layer_norm_rows/nope.py' does not exist"),
+    (LIGER, lambda d: d["model"].update(none="no model"),
+     "key 'model.none': no other model key may be set with it"),
+    (LIGER, lambda d: d["model"].pop("cpu"), "key 'model.cpu' is required"),
+])
+def test_new_static_mistakes_are_refused_naming_the_key(tmp_path: Path, source: Path, mutate, expected: str) -> None:
+    msg = refused(write(tmp_path, mutate, source))
+    assert expected in msg, msg
+
+
+def test_a_campaign_may_declare_no_end_to_end_workload(tmp_path: Path) -> None:
+    from kgate.measure import model_spec
+
+    c = campaign_checks.load(write(tmp_path, lambda d: d.update(model={"none": "the op has no model here"}), LIGER))
+    assert model_spec.declared_absent(c) == "the op has no model here"
+    assert model_spec.load_spec(c, "h200") is None and model_spec.load_spec(c, "cpu") is None
+    absent = campaign_checks.load(write(tmp_path, lambda d: d.pop("model"), LIGER))
+    assert "model" not in absent.data, "an absent optional section is not filled in with defaults"
+
+
+def test_neutral_defaults_and_fla_conventions_stated_by_the_campaigns() -> None:
+    liger = campaign_checks.load("liger-layer-norm-rows")
+    assert liger.fixture_test_paths == ("test/transformers/**",), "null: the gate's own folders"
+    spec = load_spec(liger, "h200")
+    gated = spec.gated_rows(row_table(spec.explicit_rows))
+    assert spec.endpoints(gated) == ("dense",) and spec.class_key is None
+    for name in ("rwkv6-bwd-fusion", "rwkv6-bwd-fusion-upstream"):
+        d = campaign_checks.load(name).data
+        assert d["fixture"]["test_paths"] == ["tests/**"] and d["bench"]["endpoints"] == ["dense", "varlen"]
+        assert d["model"]["workloads"] == ["dense", "varlen"] and d["model"]["varlen_key"] == "cu_seqlens"
+        assert d["measure"].get("registry") is None or d["measure"]["registry"]["format"] == "fla-ops"

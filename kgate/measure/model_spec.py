@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from kgate import paths, stats
-from kgate.campaign import Campaign
+from kgate.campaign import Campaign, section_defaults
 from kgate.errors import ConfigError
 
 #: every workload the stage knows (a campaign trains those its ``model.workloads`` lists)
@@ -124,9 +124,11 @@ def load_spec(campaign: Campaign, gpu: str) -> ModelSpec | None:
     d = campaign.data
     m = d.get("model")
     if not m or m.get("none"):
-        if m and len(m) > 1:
+        defaults = section_defaults("model")
+        others = sorted(k for k, v in (m or {}).items() if k != "none" and v != defaults.get(k))
+        if others:
             raise ConfigError(f"{campaign.path}: key 'model.none': no other model key may be set with it "
-                              f"(found {', '.join(sorted(k for k in m if k != 'none'))})")
+                              f"(found {', '.join(others)})")
         return None
     cpu = gpu == "cpu"
     where = f"{campaign.path}: key 'model"

@@ -23,7 +23,7 @@ class ToyForCausalLM(nn.Module):
             raise torch.OutOfMemoryError(f"simulated: {self.config.num_hidden_layers} layers do not fit")
         h = self.embed(input_ids)
         for layer in self.layers:
-            h = h + torch.tanh(layer(mix(h, cu_seqlens)))
+            h = h + torch.tanh(layer(mix(h, None if self.config.ignore_boundaries else cu_seqlens)))
         logits = self.head(h)
         loss = nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]).float(),
                                            labels[:, 1:].reshape(-1))

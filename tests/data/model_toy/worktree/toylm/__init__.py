@@ -10,8 +10,9 @@ class ToyConfig:
     """A config class in the style of transformers': keyword arguments in, attributes and to_dict out."""
 
     def __init__(self, hidden_size: int = 8, num_hidden_layers: int = 2, vocab_size: int = 32,
-                 oom_above_layers: int | None = None) -> None:
+                 oom_above_layers: int | None = None, ignore_boundaries: bool = False) -> None:
         self.hidden_size = hidden_size
+        self.ignore_boundaries = ignore_boundaries
         self.num_hidden_layers = num_hidden_layers
         self.vocab_size = vocab_size
         self.oom_above_layers = oom_above_layers
