@@ -35,8 +35,9 @@ variance without bias, and the t quantile is then an approximation
 one round, the per-round crossover interval already is this model (``p_j`` is
 part of the round noise); with a single pair ``s_p`` cannot be estimated.
 :func:`design` tells the three apart. The price of the random effect is the
-degrees of freedom: ``J - 1`` instead of ``n - 2``, so with 2 rounds per pair
-an interval is about 18 % wider at 15 rounds (docs/statistics.md).
+degrees of freedom: ``J - 1`` instead of ``n - 2``; with 2 rounds per pair and
+no process offset an interval is about 40 % wider at 5 rounds, 20 % at 9 and
+10 % at 15 (docs/statistics.md measures what that costs a decision).
 """
 
 from __future__ import annotations
