@@ -112,6 +112,7 @@ def test_bench_runs_interleaved_rounds_on_identical_inputs(identity) -> None:
     assert rep["pairs"][0]["ready_s"] is None and all(p["ready_s"] > 0 for p in rep["pairs"][1:])
     assert data["stopping"]["valid_rounds"] == 5 and data["stopping"]["excluded_rounds"] == []
     assert data["calibration"]["rows"] == 3 and set(data["calibration"]) == {"rows", "look", "plain"}
+    assert all([(p["pair"], p["rounds"]) for p in row["pairs"]] == [(i, 1) for i in range(5)] for row in data["rows"])
     assert not any("one pair of worker processes" in w for row in data["rows"] for w in row["decision"]["warnings"])
 
 

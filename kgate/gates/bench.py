@@ -32,6 +32,7 @@ from kgate import stats
 from kgate.errors import ConfigError
 from kgate.measure.rows import CPU_TIMING_NOTE
 from kgate.records import Gate
+from kgate.stats.pairs import pair_estimates
 
 if TYPE_CHECKING:
     from kgate.measure.rows import MeasureSpec
@@ -329,7 +330,9 @@ def describe(o: RowOutcome, recorded: list[dict[str, Any]], cfg: BenchConfig, pr
         "autotune_diff": list(o.autotune_diff),
         "warm_wall_s": {a: warm[a]["wall_s"] for a in ("base", "cand")},
         "excluded_rounds": list(excluded),
-        "pairs": [{"pair": p, "speedup": math.exp(v)} for p, v in zip(est.pair_ids, est.pair_log_ratios)],
+        "pairs": [{"pair": x["pair"], "rounds": x["rounds"], "speedup": math.exp(x["log_ratio"])}
+                  for x in pair_estimates(est.log_ratios, est.orders, est.blocks,
+                                          None if est.order_effect is None else math.log(est.order_effect))],
     }
 
 

@@ -136,3 +136,19 @@ def pair_core(d: np.ndarray, is_ab: np.ndarray, blocks: Sequence[int | None]) ->
     sd = float(adjusted.std(ddof=1))
     return PairCore(point=float(adjusted.mean()), se=sd / math.sqrt(k), dof=float(k - 1), sd=sd, order_log=w, ids=ids,
                     sizes=tuple(int(v) for v in size), adjusted=tuple(float(v) for v in adjusted))
+
+
+def pair_estimates(d: Sequence[float], orders: Sequence[str], blocks: Sequence[int | None], order_log: float | None
+                   ) -> list[dict[str, float | int]]:
+    """Each worker pair's own estimate, what an A/A calibration compares across pairs: its rounds and its mean
+    log-ratio adjusted by the row's order effect ``order_log`` (``m_j - w * c_j``; the crossover's ``w`` when
+    every round had its own pair). Empty when the rounds carry no pair."""
+    if not blocks or any(b is None for b in blocks):
+        return []
+    ids, pos = index(blocks)
+    arr = np.asarray(d, dtype=float)
+    o = np.array([1.0 if x == "AB" else -1.0 for x in orders])
+    size = np.bincount(pos, minlength=len(ids)).astype(float)
+    adjusted = np.bincount(pos, arr, minlength=len(ids)) / size - (order_log or 0.0) * (
+        np.bincount(pos, o, minlength=len(ids)) / size)
+    return [{"pair": b, "rounds": int(n), "log_ratio": float(a)} for b, n, a in zip(ids, size, adjusted)]
