@@ -345,9 +345,11 @@ def replication(recorded: list[dict[str, Any]], every: int | None, history: list
     for r in recorded:
         pairs.setdefault(r.get("pair"), {"pair": r.get("pair"), "pids": r.get("pids"), "rounds": []})["rounds"].append(
             r["index"])
-    return {"rounds_per_worker_pair": every,
-            "method": ("per-pair means, the worker pair a random effect (kgate.stats.pairs)" if len(pairs) > 1
-                       else "one worker pair: its offset is not in the intervals"),
+    sizes = {len(v["rounds"]) for v in pairs.values()}
+    method = ("one worker pair: its offset is not in the intervals" if len(pairs) <= 1 else
+              "a fresh worker pair every round: the per-round interval holds the pair's offset (kgate.stats.pairs)"
+              if sizes == {1} else "per-pair means, the worker pair a random effect (kgate.stats.pairs)")
+    return {"rounds_per_worker_pair": every, "method": method,
             "pairs": [{**v, "ready_s": ready.get(k)} for k, v in pairs.items()]}
 
 

@@ -164,7 +164,8 @@ def decide_bench(rounds: Mapping[str, Sequence[Round]], cfg: ControllerConfig, *
         ambiguous = [k for k in keys if rows[k].classification == AMBIGUOUS]
         left = ([f"{len(ambiguous)} row(s) AMBIGUOUS"] if ambiguous else []) + \
                ([f"the geomean straddling the bar {bar}"] if side == STRADDLES else []) + \
-               ([f"control(s) {', '.join(open_controls)} undecided as a family"] if open_controls else [])
+               ([f"control(s) {', '.join(open_controls)} undecided" + (" as a family" if len(fam) > 1 else "")]
+                if open_controls else [])
         reason = (f"stopped at the cap of {cfg.max_rounds} valid rounds with {' and '.join(left)}" if left
                   else f"every row, the geomean and the controls decided at {n} valid rounds")
     notes = tuple(f"round {e.round + 1} excluded as an outlier of {e.row}: log-ratio {e.log_ratio:+.4f}, "
