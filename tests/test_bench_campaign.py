@@ -102,6 +102,18 @@ def test_bench_runs_interleaved_rounds_on_identical_inputs(identity) -> None:
     lines = Path(data["checkpoint"])
     ckpt = (wf.workdir / lines).read_text().splitlines()
     assert json.loads(ckpt[0])["kind"] == "header" and len(ckpt) == 1 + 5
+    # a fresh pair of workers every round (the default), part of the run key, each round naming its pair
+    header = json.loads(ckpt[0])
+    assert header["parts"]["rounds_per_worker_pair"] == 1
+    assert [json.loads(x)["pair"] for x in ckpt[1:]] == [0, 1, 2, 3, 4]
+    rep = data["replication"]
+    assert rep["rounds_per_worker_pair"] == 1 and [p["rounds"] for p in rep["pairs"]] == [[0], [1], [2], [3], [4]]
+    assert len({pid for p in rep["pairs"] for pid in p["pids"].values()}) == 10, "every pair is two fresh processes"
+    assert rep["pairs"][0]["ready_s"] is None and all(p["ready_s"] > 0 for p in rep["pairs"][1:])
+    assert data["stopping"]["valid_rounds"] == 5 and data["stopping"]["excluded_rounds"] == []
+    assert data["calibration"]["rows"] == 3 and set(data["calibration"]) == {"rows", "look", "plain"}
+    assert all([(p["pair"], p["rounds"]) for p in row["pairs"]] == [(i, 1) for i in range(5)] for row in data["rows"])
+    assert not any("one pair of worker processes" in w for row in data["rows"] for w in row["decision"]["warnings"])
 
 
 def test_the_identity_run_is_a_smoke_verdict(identity) -> None:

@@ -100,6 +100,17 @@ def test_an_ambiguous_row_straddling_the_bar_makes_the_geomean_inconclusive() ->
     assert g.status == "inconclusive" and "AMBIGUOUS" in g.detail
 
 
+def test_a_straddle_with_every_row_decided_is_inconclusive_never_fail() -> None:
+    """Two rows truly 1.083x, both FAST, the geomean interval across the bar: the rounds went on while it straddled
+    (stats.decide_bench), so a straddle left is the cap's, and the gate says inconclusive, not fail (as it did
+    before, when a true winner was failed 60 % of the time: docs/statistics.md)."""
+    rows = [synthetic_row("a", 1.083, seed=30, cv=0.004, expect=FAST),
+            synthetic_row("b", 1.083, seed=130, cv=0.004, kind="varlen", expect=FAST)]
+    g = gates_by_name(rows)["geomean_speedup"]
+    assert g.interval[0] < 1.08 <= g.interval[1], "synthetic premise: the geomean straddles the bar"
+    assert g.status == "inconclusive" and "every row is decided" in g.detail and "the cap" in g.detail
+
+
 def test_a_class_without_a_fast_optimized_row_fails_and_ambiguity_is_inconclusive() -> None:
     rows = winning_set()
     only_fallback = replace(rows, "d64", synthetic_row("d64", 1.0, klass=64, path="fallback", expect=SAME,
@@ -202,3 +213,26 @@ def test_a_a_rows_at_gpu_noise_come_out_same_never_fast_or_slow() -> None:
     classes = [stats.decide(synthetic_rounds(1.0, 0.005, seed, CFG.controller()), CFG.controller()).classification
                for seed in range(40)]
     assert set(classes) == {SAME}
+
+
+def test_the_record_names_the_worker_pairs_and_what_an_a_a_calibration_reads() -> None:
+    """replication groups the recorded rounds by their worker pair and says how the intervals treat it;
+    calibration counts the rows whose interval excludes 1 at the decision's level and at 95 %."""
+    from kgate.gates.bench import calibration, replication
+
+    def rounds(pairs: list[int | None]) -> list[dict]:
+        return [{"index": i, "pair": p, "pids": None if p is None else {"base": 2 * p, "cand": 2 * p + 1}}
+                for i, p in enumerate(pairs)]
+    every = replication(rounds([0, 1, 2]), 1, [{"pair": 0, "ready_s": 0.0}, {"pair": 1, "ready_s": 2.5}])
+    assert every["method"].startswith("a fresh worker pair every round")
+    assert [(p["pair"], p["rounds"], p["ready_s"]) for p in every["pairs"]] == [(0, [0], None), (1, [1], 2.5),
+                                                                                   (2, [2], None)]
+    assert replication(rounds([0, 0, 1, 1]), 2, [])["method"].startswith("per-pair means")
+    assert replication(rounds([0, 0, 0]), None, [])["method"].startswith("one worker pair")
+    rows = winning_set()
+    cal = calibration(rows)
+    moved = {r.key for r in rows if r.cls in (FAST, SLOW)}
+    assert cal["rows"] == 5 and set(cal["look"]["excluding_1"]) >= moved
+    assert cal["plain"]["confidence"] == 0.95 and cal["plain"]["expected"] == pytest.approx(0.25)
+    assert set(cal["plain"]["excluding_1"]) >= set(cal["look"]["excluding_1"])
+    assert 0.0 <= cal["look"]["binomial_p"] <= 1.0

@@ -29,25 +29,38 @@ from kgate import stats
 from kgate.stages import bench
 from kgate.measure import telemetry as measure
 from kgate.measure.arms import Arm, Deadline
+from kgate.measure.replicas import WorkerPairs
 from kgate.measure.rows import Row
 
 wt, root, ckpt = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
 env, init = json.loads(sys.argv[4]), json.loads(sys.argv[5])
-arms = {n: Arm(n, wt, root / f"cache-{n}", env, root / f"{n}.log", Deadline(600)) for n in ("base", "cand")}
-for a in arms.values():
-    a.info = a.request("init", **init)
+every = json.loads(sys.argv[6])
 row = Row("r1", "dense", {"name": "r1", "N": 4, "D": 8})
 plan = bench.Plan([("r1:fwd", row, "fwd", "gated")])
+
+
+def start():
+    arms = {n: Arm(n, wt, root / f"cache-{n}", env, root / f"{n}.log", Deadline(600)) for n in ("base", "cand")}
+    for a in arms.values():
+        a.info = a.request("init", **init)
+    return arms
+
+
+arms = start()
+hashes = {"r1": arms["base"].request("prepare", rows=[row.values])["r1"]}
+arms["cand"].request("prepare", rows=[row.values])
 for a in arms.values():
-    a.request("prepare", rows=[row.values])
     a.request("warm", row="r1", mode="fwd", calls=1)
+device = arms["base"].info["device"]
+pairs = WorkerPairs(arms, every, start, lambda new: bench.ready_pair(new, arms, device, plan, hashes, 1, []))
 ctl = stats.ControllerConfig(min_rounds=5, max_rounds=5)
-parts = {"test": "resume", "rows": ["r1:fwd"]}
-recorded, decisions, resumed, note = bench.run_rounds(arms, plan, 1, measure.Telemetry(None, True), ctl, ckpt, parts, set())
+parts = {"test": "resume", "rows": ["r1:fwd"], "rounds_per_worker_pair": every}
+try:
+    recorded, dec, resumed, note = bench.run_rounds(pairs, plan, 1, measure.Telemetry(None, True), ctl, ckpt, parts)
+finally:
+    pairs.close()
 print(json.dumps({"rounds": len(recorded), "resumed_from": resumed, "note": note,
-                  "class": decisions["r1:fwd"].classification}))
-for a in arms.values():
-    a.close()
+                  "class": dec.rows["r1:fwd"].classification, "history": pairs.history}))
 '''
 
 
@@ -57,14 +70,19 @@ def round_lines(path: Path) -> list[str]:
     return [line for line in path.read_text().splitlines() if '"kind": "round"' in line]
 
 
-def test_a_killed_bench_resumes_at_its_last_round(tmp_path: Path) -> None:
-    """Kill the coordinator after k rounds; the rerun keeps those k rounds untouched and runs only the rest."""
+@pytest.mark.parametrize("every", [None, 2])
+def test_a_killed_bench_resumes_at_its_last_round(tmp_path: Path, every: int | None) -> None:
+    """Kill the coordinator after k rounds; the rerun keeps those k rounds untouched and runs only the rest. With
+    worker pairs replicated every 2 rounds, each pair times at most 2 consecutive rounds, every pair is a fresh pair
+    of processes, and the resumed run's pairs are numbered after the killed run's; another replication setting is
+    another setup (its rounds are set aside, never mixed in)."""
     wt, inputs = toy_worktree(tmp_path)
     driver = tmp_path / "driver.py"
     driver.write_text(DRIVER)
     ckpt = tmp_path / "out" / "rounds.jsonl"
     env = toy_env(wt, tmp_path / "cache", TOYOP_SLEEP="0.25")
-    args = [sys.executable, str(driver), str(wt), str(tmp_path), str(ckpt), json.dumps(env), json.dumps(toy_init(inputs))]
+    args = [sys.executable, str(driver), str(wt), str(tmp_path), str(ckpt), json.dumps(env), json.dumps(toy_init(inputs)),
+            json.dumps(every)]
     run_env = dict(os.environ, PYTHONPATH=str(REPO))
     first = subprocess.Popen(args, env=run_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              start_new_session=True)
@@ -86,10 +104,27 @@ def test_a_killed_bench_resumes_at_its_last_round(tmp_path: Path) -> None:
     assert out["note"] == f"resumed after {k} recorded round(s)"
     after = round_lines(ckpt)
     assert after[:k] == kept, "recorded rounds must be kept byte for byte"
-    assert [json.loads(x)["index"] for x in after] == [0, 1, 2, 3, 4]
-    assert [json.loads(x)["order"] for x in after] == ["AB", "BA", "AB", "BA", "AB"]
+    rounds = [json.loads(x) for x in after]
+    assert [r["index"] for r in rounds] == [0, 1, 2, 3, 4]
+    assert [r["order"] for r in rounds] == ["AB", "BA", "AB", "BA", "AB"]
+    pair = [r["pair"] for r in rounds]
+    pids = {r["pair"]: tuple(sorted(r["pids"].values())) for r in rounds}
+    assert all(len(set(ps)) == 2 for ps in pids.values())
+    assert len({p for ps in pids.values() for p in ps}) == 2 * len(pids), "every pair is a fresh pair of processes"
+    assert pair == sorted(pair) and pair[k] > pair[k - 1], "the resumed run's pairs come after the killed run's"
+    history = out["history"]
+    assert [h["pair"] for h in history] == sorted(set(pair[k:]))
+    if every is None:
+        assert pair == [0] * k + [1] * (5 - k) and len(history) == 1
+    else:
+        assert all(pair.count(p) <= every for p in set(pair))
+        assert all(h["ready_s"] > 0 for h in history[1:]) and len(history) == len(range(k, 5, every))
     third = subprocess.run(args, env=run_env, capture_output=True, text=True, timeout=300)
     assert json.loads(third.stdout.strip().splitlines()[-1])["resumed_from"] == 5, "a finished bench runs no round"
+    if every is not None:
+        other = subprocess.run(args[:-1] + ["null"], env=run_env, capture_output=True, text=True, timeout=300)
+        res = json.loads(other.stdout.strip().splitlines()[-1])
+        assert res["resumed_from"] == 0 and "another setup" in res["note"]
 
 
 class TestLoadCheckpoint:

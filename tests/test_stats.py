@@ -395,6 +395,17 @@ def test_classify_options() -> None:
         classify(est, resolution=0.0)  # type: ignore[arg-type]
 
 
+def test_the_direction_only_rule_is_the_stated_one() -> None:
+    """FAST when the interval excludes 1 and is not inside the band: a significant change inside the band is SAME
+    under both rules (docs/statistics.md states it; the code before called it FAST)."""
+    at = estimate_with
+    for rule in (True, False):
+        assert classify(at(1.009, 1.003, 1.015), require_point_beyond_resolution=rule) == SAME  # type: ignore[arg-type]
+    assert classify(at(1.015, 1.002, 1.03), require_point_beyond_resolution=False) == FAST  # type: ignore[arg-type]
+    assert classify(at(1 / 1.015, 1 / 1.03, 1 / 1.002), require_point_beyond_resolution=False) == SLOW  # type: ignore[arg-type]
+    assert classify(at(1 / 1.009, 1 / 1.015, 1 / 1.003), require_point_beyond_resolution=False) == SAME  # type: ignore[arg-type]
+
+
 # A/A behaviour
 
 

@@ -1,32 +1,39 @@
 """The benchmark's gates and what its record keeps per row, from the decided rows (pure; tests/test_bench_gates.py).
 
 Method (docs/measurement.md has the rules and their limits): ``to_rounds``
-turns the recorded rounds of one row into ``kgate.stats`` rounds, which
-``stats.decide`` decides (FAST / SAME / SLOW / AMBIGUOUS with an interval).
+turns the recorded rounds of one row into ``kgate.stats`` rounds (with the
+worker pair that timed each), which ``stats.decide_bench`` decides over all
+rows (FAST / SAME / SLOW / AMBIGUOUS with an interval; outlier rounds out).
 ``evaluate`` computes every gate from the decided rows (``RowOutcome``):
-geomean lower bound >= bar; each dispatch class has an optimized gated row
-FAST; no optimized row SLOW beyond ``row_regression_max``; fallback rows and
-controls SAME; no gated row of each endpoint kind SLOW; peak memory drops by
-the temporaries on optimized rows only; autotune picks of unchanged kernels
-agree (shared through the kernel cache where their Triton key is equal; else
-their rows are SAME); the GPU stayed exclusive (``exclusive_gate``).
-An AMBIGUOUS row that decides a gate makes it ``inconclusive``, never
-``pass``. On CPU every timed gate is evaluated and shown with status ``skip``
+geomean lower bound >= bar (upper bound below it: fail; straddling it:
+inconclusive, never fail); each dispatch class has an optimized gated row
+FAST; no optimized row SLOW beyond ``row_regression_max``; fallback rows
+SAME; controls SAME as a family (``stats.family_classes``); no gated row of
+each endpoint kind SLOW; peak memory drops by the temporaries on optimized
+rows only; autotune picks of unchanged kernels agree (shared through the
+kernel cache where their Triton key is equal; else their rows are SAME); the
+GPU stayed exclusive (``exclusive_gate``). An AMBIGUOUS row that decides a
+gate makes it ``inconclusive``, never ``pass``. On CPU every timed gate is evaluated and shown with status ``skip``
 (``cpu_skip``: "CPU timings are not meaningful"); the model gates use it too.
 ``describe``, ``host_ahead_share`` and ``behind_note`` say what the record and
-its reasons keep about each row. The stage that measures the rows is
+its reasons keep about each row, ``replication`` and ``calibration`` what it
+keeps about the worker pairs and the rows' intervals. The stage that measures the rows is
 ``kgate.stages.bench``.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from scipy.stats import binom
 
 from kgate import stats
 from kgate.errors import ConfigError
 from kgate.measure.rows import CPU_TIMING_NOTE
 from kgate.records import Gate
+from kgate.stats.pairs import pair_estimates
 
 if TYPE_CHECKING:
     from kgate.measure.rows import MeasureSpec, Row
@@ -46,6 +53,7 @@ class BenchConfig:
     min_rounds: int = 5
     max_rounds: int = 15
     cpu: bool = False
+    rounds_per_pair: int | None = 1
 
     def controller(self) -> stats.ControllerConfig:
         return stats.ControllerConfig(min_rounds=self.min_rounds, max_rounds=self.max_rounds,
@@ -61,7 +69,7 @@ class BenchConfig:
                    row_regression_max=float(b.get("row_regression_max", 0.03)),
                    memory_tolerance=float(b.get("memory_tolerance", 0.05)),
                    endpoints=spec.endpoints(gated), min_rounds=lo, max_rounds=hi,
-                   cpu=spec.cpu)
+                   cpu=spec.cpu, rounds_per_pair=b["rounds_per_worker_pair"])
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,17 +116,17 @@ def gate_geomean(gated: list[RowOutcome], cfg: BenchConfig, evidence: str
     est = stats.geomean([o.est for o in gated])
     threshold = f"lower bound of the geomean over {len(gated)} gated rows >= {cfg.bar}"
     ambiguous = [o for o in gated if o.cls == stats.AMBIGUOUS]
-    if est.lower >= cfg.bar:
+    side = stats.bar_side(est, cfg.bar)
+    if side == stats.ABOVE:
         status, detail = "pass", None
-    elif est.upper < cfg.bar:
+    elif side == stats.BELOW:
         status, detail = "fail", f"geomean {est.speedup:.4f}x [{est.lower:.4f}, {est.upper:.4f}] is below the bar {cfg.bar}"
-    elif ambiguous:
-        status = "inconclusive"
-        detail = (f"the interval [{est.lower:.4f}, {est.upper:.4f}] straddles the bar {cfg.bar} and AMBIGUOUS rows "
-                  f"decide it: {_list(ambiguous)}")
     else:
-        status = "fail"
-        detail = f"every row is decided and the lower bound {est.lower:.4f} is below the bar {cfg.bar}"
+        # the rounds went on while the geomean straddled (stats.decide_bench): here they reached the cap
+        status = "inconclusive"
+        why = (f"AMBIGUOUS rows decide it: {_list(ambiguous)}" if ambiguous else
+               f"every row is decided, but {est.n} rounds (the cap) did not settle the geomean against the bar")
+        detail = f"the interval [{est.lower:.4f}, {est.upper:.4f}] straddles the bar {cfg.bar}; {why}"
     return Gate("geomean_speedup", threshold, round(est.speedup, 6), status, evidence=evidence,
                 interval=(round(est.lower, 6), round(est.upper, 6)), unit="x", detail=detail), est
 
@@ -165,17 +173,32 @@ def gate_no_regression(gated: list[RowOutcome], cfg: BenchConfig, evidence: str)
                 interval=(round(worst.est.lower, 6), round(worst.est.upper, 6)), unit="x")
 
 
-def gate_same(name: str, what: str, rows: list[RowOutcome], cfg: BenchConfig, evidence: str) -> Gate:
+def gate_same(name: str, what: str, rows: list[RowOutcome], cfg: BenchConfig, evidence: str, *,
+              family: bool = False) -> Gate:
+    """Every row SAME. With ``family`` the rows are judged as a family (``stats.family_classes``): a row is moved
+    only when its interval at the Bonferroni-corrected level says so, and SAME at its own level."""
     threshold = f"{what} SAME within +-{cfg.resolution:.0%}"
     if not rows:
         return Gate(name, threshold, f"no {what}", "skip", evidence=evidence)
-    moved = [o for o in rows if o.cls in (stats.FAST, stats.SLOW)]
+    classes = {o.key: o.cls for o in rows}
+    shown = _list
+    if family and len(rows) > 1:
+        ctl = cfg.controller()
+        level = ctl.family_confidence(len(rows))
+        classes = stats.family_classes({o.key: o.est for o in rows}, classes, ctl)
+        threshold += (f"; as a family: moved only at {level:.2%} per look (Bonferroni over {len(rows)} rows, "
+                      f"{ctl.confidence:.0%} over the family)")
+
+        def shown(some: list[RowOutcome]) -> str:
+            return "; ".join(f"{o.text()}, at the family level [{lo:.4f}, {hi:.4f}] {classes[o.key]}"
+                             for o in some for lo, hi in [o.est.at_confidence(level)])
+    moved = [o for o in rows if classes[o.key] in (stats.FAST, stats.SLOW)]
     if moved:
-        return Gate(name, threshold, f"{len(moved)}/{len(rows)} moved", "fail", evidence=evidence, detail=_list(moved))
-    ambiguous = [o for o in rows if o.cls == stats.AMBIGUOUS]
+        return Gate(name, threshold, f"{len(moved)}/{len(rows)} moved", "fail", evidence=evidence, detail=shown(moved))
+    ambiguous = [o for o in rows if classes[o.key] == stats.AMBIGUOUS]
     if ambiguous:
         return Gate(name, threshold, f"{len(ambiguous)}/{len(rows)} AMBIGUOUS", "inconclusive", evidence=evidence,
-                    detail=_list(ambiguous))
+                    detail=shown(ambiguous))
     return Gate(name, threshold, f"{len(rows)}/{len(rows)} SAME", "pass", evidence=evidence)
 
 
@@ -285,7 +308,7 @@ def evaluate(outcomes: list[RowOutcome], cfg: BenchConfig, evidence: str, *, exc
     timed.append(gate_no_regression(gated, cfg, evidence))
     timed.append(gate_same("fallback_rows_same", "fallback gated rows", [o for o in gated if o.path == "fallback"],
                            cfg, evidence))
-    timed.append(gate_same("controls_same", "control rows", controls, cfg, evidence))
+    timed.append(gate_same("controls_same", "control rows", controls, cfg, evidence, family=True))
     timed += [gate_endpoint(k, gated, cfg, evidence) for k in cfg.endpoints]
     timed.append(gate_autotune(outcomes, evidence))
     if exclusive is not None:
@@ -299,13 +322,15 @@ def evaluate(outcomes: list[RowOutcome], cfg: BenchConfig, evidence: str, *, exc
 
 
 def to_rounds(recorded: list[dict[str, Any]], key: str) -> list[stats.Round]:
-    """One row's rounds from the recorded ones: both arms' samples, the order and the SM clocks when sampled."""
+    """One row's rounds from the recorded ones: both arms' samples, the order, the SM clocks when sampled and the
+    worker pair that timed the round (``pair``; absent in records older than replication: None)."""
     out = []
     for r in recorded:
         cell = r["rows"][key]
         clock = {arm: (cell[arm].get("telemetry") or {}).get("sm_clock_mhz") for arm in ("base", "cand")}
         out.append(stats.Round.from_samples(cell["base"]["samples_ms"], cell["cand"]["samples_ms"], r["order"],
-                                            base_clock_mhz=clock["base"], cand_clock_mhz=clock["cand"]))
+                                            base_clock_mhz=clock["base"], cand_clock_mhz=clock["cand"],
+                                            block=r.get("pair")))
     return out
 
 
@@ -360,8 +385,9 @@ def autotune_diff(row: str, mode: str, autotune: dict[str, Any], sources: dict[s
 
 
 def describe(o: RowOutcome, recorded: list[dict[str, Any]], cfg: BenchConfig, prof_base: dict[str, Any],
-             prof_cand: dict[str, Any], warm: dict[str, Any]) -> dict[str, Any]:
-    """Everything the record keeps about one row."""
+             prof_cand: dict[str, Any], warm: dict[str, Any], excluded: tuple[int, ...] = ()) -> dict[str, Any]:
+    """Everything the record keeps about one row (``excluded``: the indices of the outlier rounds taken out; the
+    summaries and round medians keep every recorded round)."""
     cells = [r["rows"][o.key] for r in recorded]
     arm_samples = {a: [x for c in cells for x in c[a]["samples_ms"]] for a in ("base", "cand")}
     est = o.est
@@ -382,7 +408,44 @@ def describe(o: RowOutcome, recorded: list[dict[str, Any]], cfg: BenchConfig, pr
         "autotune_diff": list(o.autotune_diff),
         "autotune_picks": list(o.autotune_picks),
         "warm_wall_s": {a: warm[a]["wall_s"] for a in ("base", "cand")},
+        "excluded_rounds": list(excluded),
+        "pairs": [{"pair": x["pair"], "rounds": x["rounds"], "speedup": math.exp(x["log_ratio"])}
+                  for x in pair_estimates(est.log_ratios, est.orders, est.blocks,
+                                          None if est.order_effect is None else math.log(est.order_effect))],
     }
+
+
+def replication(recorded: list[dict[str, Any]], every: int | None, history: list[dict[str, Any]]) -> dict[str, Any]:
+    """The worker pairs behind the rounds (kgate.measure.replicas): per pair its rounds and process ids, from the
+    recorded rounds (a resumed run's earlier pairs included), and the seconds a pair of this run took to start and
+    warm (``ready_s``; None for the first pair and for pairs of an earlier run)."""
+    ready = {h["pair"]: h["ready_s"] or None for h in history}
+    pairs: dict[Any, dict[str, Any]] = {}
+    for r in recorded:
+        pairs.setdefault(r.get("pair"), {"pair": r.get("pair"), "pids": r.get("pids"), "rounds": []})["rounds"].append(
+            r["index"])
+    sizes = {len(v["rounds"]) for v in pairs.values()}
+    method = ("one worker pair: its offset is not in the intervals" if len(pairs) <= 1 else
+              "a fresh worker pair every round: the per-round interval holds the pair's offset (kgate.stats.pairs)"
+              if sizes == {1} else "per-pair means, the worker pair a random effect (kgate.stats.pairs)")
+    return {"rounds_per_worker_pair": every, "method": method,
+            "pairs": [{**v, "ready_s": ready.get(k)} for k, v in pairs.items()]}
+
+
+def calibration(outcomes: list[RowOutcome], confidence: float = 0.95) -> dict[str, Any]:
+    """What an A/A calibration reads from the rows' intervals: the rows whose interval excludes 1, at the decision's
+    per-look level and at a plain ``confidence`` (the same estimates), with the count an A/A expects (each row
+    excludes 1 with probability 1 - level) and the one-sided binomial p-value of the count seen (rows share rounds
+    and worker pairs, so they are not independent: a guide, not a test). For a candidate that changes code the
+    counts are just counts."""
+    out: dict[str, Any] = {"rows": len(outcomes)}
+    levels = {"look": outcomes[0].est.confidence, "plain": confidence} if outcomes else {}
+    for name, level in levels.items():
+        keys = [o.key for o in outcomes for lo, hi in [o.est.at_confidence(level)] if not lo <= 1.0 <= hi]
+        expected = (1.0 - level) * len(outcomes)
+        out[name] = {"confidence": level, "excluding_1": keys, "expected": expected,
+                     "binomial_p": float(binom.sf(len(keys) - 1, len(outcomes), 1.0 - level))}
+    return out
 
 
 def host_ahead_share(cells: list[dict[str, Any]]) -> dict[str, Any] | None:

@@ -22,15 +22,24 @@ Method (docs/measurement.md has the rules and their limits):
    power, temperature and throttle reasons are read after each arm's block.
    Each round is appended to ``rounds.jsonl`` (fsync) before the next starts,
    so a killed bench resumes at its last finished round
-   (kgate.measure.checkpoints).
-4. ``kgate.stats.decide`` decides each row from its rounds (min 5, looks at
-   odd counts, cap from the campaign); the loop runs until every row stops.
-   Per row and arm: ``summarize`` over all samples. Per row: the paired ratio
-   with its interval and FAST / SAME / SLOW / AMBIGUOUS; the equal-weight
-   geomean of the gated rows with its interval.
-5. Gates (``kgate.gates.bench.evaluate``): geomean lower bound >= bar; each
-   dispatch class has an optimized gated row FAST; no optimized row SLOW
-   beyond ``row_regression_max``; fallback rows and controls SAME; no gated
+   (kgate.measure.checkpoints). Every ``bench.rounds_per_worker_pair`` rounds
+   the pair of workers is replaced by a fresh one, checked and warmed before
+   its first round (kgate.measure.replicas, ``ready_pair``); each round
+   records its pair, which the intervals treat as a random effect
+   (kgate.stats.pairs).
+4. ``kgate.stats.decide_bench`` decides (min 5 valid rounds, looks at odd
+   counts, cap from the campaign): outlier rounds out (kgate.stats.outliers),
+   each row by ``kgate.stats.decide``, and the loop runs until every row
+   stops, the geomean of the gated rows is off the bar and the controls are
+   decided as a family (or the cap). Per row and arm: ``summarize`` over all
+   samples. Per row: the paired ratio with its interval and FAST / SAME /
+   SLOW / AMBIGUOUS; the equal-weight geomean of the gated rows with its
+   interval; the worker pairs and the rows' exclusion counts (what an A/A
+   calibration reads).
+5. Gates (``kgate.gates.bench.evaluate``): geomean lower bound >= bar (a
+   straddle at the cap is inconclusive); each dispatch class has an
+   optimized gated row FAST; no optimized row SLOW beyond
+   ``row_regression_max``; fallback rows SAME, controls SAME as a family; no gated
    row of each endpoint kind SLOW; peak memory drops by the temporaries on
    optimized rows only; autotune picks of unchanged kernels agree (shared
    through the kernel cache where their Triton key is equal; else their
@@ -44,27 +53,32 @@ from __future__ import annotations
 
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kgate import paths, stats
-from kgate.errors import ConfigError
+from kgate.errors import ConfigError, KgateError, ProvenanceMismatch
+from kgate.gates import env as env_gates
 from kgate.gates.bench import (
     BenchConfig,
     RowOutcome,
     autotune_diff,
     autotune_picks,
     behind_note,
+    calibration,
     describe,
     evaluate,
     exclusive_gate,
+    replication,
     to_rounds,
 )
 from kgate.measure import checkpoints, host_ahead
 from kgate.measure import coordinator as measure
 from kgate.measure.arms import Arm
 from kgate.measure.profile import not_measured
+from kgate.measure.replicas import WorkerPairs
 from kgate.measure.rows import MeasureSpec, Row
 from kgate.records import StageResult
 from kgate.stages.common import ROUNDS_SHARE, Context, timed_arms
@@ -122,33 +136,65 @@ def time_round(index: int, arms: dict[str, Arm], plan: Plan, samples: int, telem
     return {"kind": "round", "index": index, "order": order, "rows": cells, "started": t0, "finished": time.time()}
 
 
-def run_rounds(arms: dict[str, Arm], plan: Plan, samples: int, telemetry: measure.Telemetry,
-               ctl: stats.ControllerConfig, ckpt: Path, key_parts: dict[str, Any], ours: set[int]
-               ) -> tuple[list[dict[str, Any]], dict[str, stats.Decision], int, str | None]:
-    """Rounds until ``decide`` stops every row, each appended to ``ckpt`` before the next starts.
+def run_rounds(pairs: WorkerPairs, plan: Plan, samples: int, telemetry: measure.Telemetry,
+               ctl: stats.ControllerConfig, ckpt: Path, key_parts: dict[str, Any], *, bar: float | None = None
+               ) -> tuple[list[dict[str, Any]], stats.BenchDecision, int, str | None]:
+    """Rounds until ``stats.decide_bench`` stops (every row decided, the geomean of the gated rows off the ``bar``,
+    the controls decided as a family, or the cap), each appended to ``ckpt`` before the next starts.
 
-    Rounds already in ``ckpt`` under the same run key (same commits, rows, samples, inputs, device)
-    are kept and the loop continues after them. Returns (rounds, decisions, resumed_from, note).
+    Each round is timed by ``pairs``' current workers, which are replaced by a fresh, warmed pair between rounds
+    every ``pairs.every`` rounds; the round records its pair and their pids. Rounds already in ``ckpt`` under
+    the same run key (same commits, rows, samples, inputs, device, replication) are kept and the loop continues
+    after them with a new pair. Returns (rounds, decision, resumed_from, note).
     """
     recorded, note = checkpoints.resume(ckpt, key_parts)
     resumed_from = len(recorded)
     if note:
         measure.progress(note)
+    pairs.number_from(max((r.get("pair", -1) for r in recorded), default=-1) + 1)
+    roles = {role: [k for k, *_, r in plan.items if r == role] for role in ("gated", "control")}
     while True:
-        decisions = {k: stats.decide(to_rounds(recorded, k), ctl) for k, *_ in plan.items}
-        if all(not d.continue_ for d in decisions.values()):
-            return recorded, decisions, resumed_from, note
+        dec = stats.decide_bench({k: to_rounds(recorded, k) for k, *_ in plan.items}, ctl, gated=roles["gated"],
+                                 controls=roles["control"], bar=bar)
+        if len(recorded) > resumed_from:
+            for k, d in dec.rows.items():
+                e = d.estimate
+                iv = f"{e.speedup:.4f} [{e.lower:.4f}, {e.upper:.4f}]" if e else "n/a (2 rounds needed)"
+                measure.progress(f"round {len(recorded)} (cap {ctl.max_rounds}, {recorded[-1]['order']}, worker pair "
+                                 f"{recorded[-1]['pair']}) {k}: {iv} {d.classification or ''}")
+            measure.progress(dec.reason)
+        if not dec.continue_:
+            return recorded, dec, resumed_from, note
+        pairs.before_round()
         index = len(recorded)
-        rnd = time_round(index, arms, plan, samples, telemetry, hold=key_parts.get("timer") == "host_ahead")
-        rnd["exclusive"] = measure.foreign_processes(telemetry.compute_apps(), ours)
+        rnd = time_round(index, pairs.arms, plan, samples, telemetry, hold=key_parts.get("timer") == "host_ahead")
+        rnd.update(pair=pairs.pair, pids=pairs.pids)
+        rnd["exclusive"] = measure.foreign_processes(telemetry.compute_apps(), pairs.ours)
         checkpoints.append_line(ckpt, rnd)
         recorded.append(rnd)
-        for k, *_ in plan.items:
-            d = stats.decide(to_rounds(recorded, k), ctl)
-            e = d.estimate
-            iv = f"{e.speedup:.4f} [{e.lower:.4f}, {e.upper:.4f}]" if e else "n/a (2 rounds needed)"
-            measure.progress(f"round {index + 1} (cap {ctl.max_rounds}, {rnd['order']}) {k}: {iv} "
-                             f"{d.classification or ''}")
+        pairs.after_round(index)
+
+
+def ready_pair(new: dict[str, Arm], first: dict[str, Arm], device: dict[str, Any], plan: Plan,
+               hashes: dict[str, Any], warm_calls: int, ignore_env: list[str]) -> None:
+    """A fresh worker pair before its first round (kgate.measure.replicas): on the first pair's device, with the
+    first pair's recorded environment per arm and its input hashes, every row warmed ``warm_calls`` times per arm
+    (output-gradient hashes equal across arms). A difference is an error, never a result."""
+    uuid = measure.check_same_device(list(new.values())).get("uuid")
+    if uuid != device.get("uuid"):
+        raise ProvenanceMismatch(f"a fresh worker pair runs on device {uuid}, the first ran on {device.get('uuid')}")
+    for name, arm in new.items():
+        diffs = env_gates.diff(first[name].info["env"], arm.info["env"], ignore_env, ("the first pair", "a fresh pair"))
+        if diffs:
+            raise KgateError(f"arm {name}: a fresh worker's recorded environment differs: {'; '.join(diffs)}")
+    rows = {row.name: row for _k, row, _m, _r in plan.items}
+    prepared = measure.ask_all(list(new.values()), "prepare", rows=[r.values for r in rows.values()])
+    for rname in rows:
+        measure.compare_hashes("input", rname, {"first pair": hashes[rname]["sha256"],
+                                                **{a: prepared[a][rname]["sha256"] for a in prepared}})
+    for key, row, mode, _role in plan.items:
+        warm = {a: new[a].request("warm", row=row.name, mode=mode, calls=warm_calls) for a in ("base", "cand")}
+        measure.compare_hashes("output-gradient", key, {a: warm[a]["grad_hashes"] for a in warm})
 
 
 # the stage
@@ -173,15 +219,25 @@ def run(ctx: Context) -> StageResult:
     samples = spec.samples()
     warm_calls = 1 if spec.cpu else int(spec.bench.get("warm_calls", 3))
     deadline = measure.Deadline(ctx.deadline_s(ROUNDS_SHARE))
-    return timed_arms(ctx, (wt_base, wt_cand), lambda arms: measure.start_arms(ctx, spec, arms, deadline),
-                      lambda arms: _measure(ctx, spec, cfg, plan, arms, samples, warm_calls, evidence, fx, build),
+    started: list[tuple[str, Path, Path]] = []
+
+    def start(arms: list[tuple[str, Path, Path]]) -> list[Arm]:
+        started[:] = arms
+        return measure.start_arms(ctx, spec, arms, deadline)
+
+    def fresh() -> dict[str, Arm]:
+        # a fresh pair of the same arms (kgate.measure.replicas), within the same stage deadline
+        return {a.name: a for a in measure.start_arms(ctx, spec, started, deadline)}
+
+    return timed_arms(ctx, (wt_base, wt_cand), start,
+                      lambda arms: _measure(ctx, spec, cfg, plan, arms, samples, warm_calls, evidence, fx, build, fresh),
                       "the candidate runs every benchmark row")
 
 
 def _measure(ctx: Context, spec: MeasureSpec, cfg: BenchConfig, plan: Plan, arms: dict[str, Arm], samples: int,
-             warm_calls: int, evidence: str, fx: dict[str, Any], build: dict[str, Any]) -> StageResult:
+             warm_calls: int, evidence: str, fx: dict[str, Any], build: dict[str, Any],
+             fresh: Callable[[], dict[str, Arm]]) -> StageResult:
     device, telemetry, exclusive_log = measure.claim_device(list(arms.values()), spec.cpu, "the benchmark")
-    ours = {a.pid for a in arms.values()}
     uuid = device.get("uuid")
     timer = str(spec.bench.get("timer", "host_ahead"))
     rows = {row.name: row for _k, row, _m, _r in plan.items}
@@ -207,14 +263,22 @@ def _measure(ctx: Context, spec: MeasureSpec, cfg: BenchConfig, plan: Plan, arms
                  "samples": samples, "timer": timer, "dtype": spec.dtype, "seed": spec.seed,
                  **({"hold": host_ahead.POLICY} if timer == "host_ahead" and not spec.cpu else {}),
                  "rows": [(k, r.values, m) for k, r, m, _ in plan.items],
-                 "inputs": {k: v["sha256"] for k, v in hashes.items()}}
+                 "inputs": {k: v["sha256"] for k, v in hashes.items()},
+                 "rounds_per_worker_pair": cfg.rounds_per_pair}
     ctl = cfg.controller()
-    recorded, decisions, resumed_from, resume_note = run_rounds(arms, plan, samples, telemetry, ctl, ckpt, key_parts,
-                                                                ours)
+    ignore_env = env_gates.ignored(ctx.campaign.data)
+    pairs = WorkerPairs(arms, cfg.rounds_per_pair, fresh,
+                        lambda new: ready_pair(new, arms, device, plan, hashes, warm_calls, ignore_env))
+    try:
+        recorded, dec, resumed_from, resume_note = run_rounds(pairs, plan, samples, telemetry, ctl, ckpt, key_parts,
+                                                              bar=cfg.bar)
+    finally:
+        pairs.close()
+    excluded = tuple(e.round for e in dec.excluded)
     outcomes, row_data = [], []
     enabled = tuple(build["data"].get("enables") or ())
     for key, row, mode, role in plan.items:
-        d = decisions[key]
+        d = dec.rows[key]
         pb_, pc_ = profiled[key]["base"], profiled[key]["cand"]
         path = "control" if role == "control" else spec.row_path(row, enabled, pc_["kernels"], pc_["iterations"])[0]
         diff = autotune_diff(row.name, mode, autotune, sources)
@@ -223,7 +287,7 @@ def _measure(ctx: Context, spec: MeasureSpec, cfg: BenchConfig, plan: Plan, arms
                        expected_bytes=spec.expected_bytes(row), autotune_diff=tuple(diff),
                        autotune_picks=tuple(autotune_picks(row.name, mode, autotune, sources)))
         outcomes.append(o)
-        row_data.append(describe(o, recorded, cfg, pb_, pc_, warm[key]))
+        row_data.append(describe(o, recorded, cfg, pb_, pc_, warm[key], excluded))
     exclusive = exclusive_gate(recorded, exclusive_log, spec.cpu, evidence)
     gates, est = evaluate(outcomes, cfg, evidence, exclusive=exclusive)
     data = {
@@ -235,6 +299,10 @@ def _measure(ctx: Context, spec: MeasureSpec, cfg: BenchConfig, plan: Plan, arms
         "controller": {"min_rounds": cfg.min_rounds, "max_rounds": cfg.max_rounds, "resolution": cfg.resolution,
                        "look_confidence": ctl.look_confidence, "looks": list(ctl.looks())},
         "rounds": len(recorded), "resumed_from_round": resumed_from, "checkpoint": str(ckpt), "resume": resume_note,
+        "stopping": {"reason": dec.reason, "valid_rounds": dec.valid_rounds, "geomean_vs_bar": dec.bar,
+                     "controls_as_family": dec.controls, "excluded_rounds": [e.as_dict() for e in dec.excluded]},
+        "replication": replication(recorded, cfg.rounds_per_pair, pairs.history),
+        "calibration": calibration(outcomes),
         "geomean": est.as_dict() if est else None, "rows": row_data,
         "classes": {o.key: o.cls for o in outcomes}, "input_hashes": hashes,
         "exclusive": exclusive_log + [{"when": f"after round {r['index'] + 1}", **r.get("exclusive", {})}
@@ -245,5 +313,6 @@ def _measure(ctx: Context, spec: MeasureSpec, cfg: BenchConfig, plan: Plan, arms
         "bar": cfg.bar, "forced": ctx.forced,
     }
     host = [((t or {}).get(a) or {}).get("host") or {} for c in row_data for t in c["telemetry"] for a in ("base", "cand")]
-    return StageResult(gates=gates, data=data, reasons=measure.busy_note([h for h in host if h]) + behind_note(row_data))
+    return StageResult(gates=gates, data=data,
+                       reasons=measure.busy_note([h for h in host if h]) + behind_note(row_data) + list(dec.notes))
 

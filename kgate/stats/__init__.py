@@ -23,7 +23,12 @@ Modules
 * :mod:`kgate.stats.classify`: FAST, SAME, SLOW or AMBIGUOUS from an interval;
 * :mod:`kgate.stats.sequential`: Pocock's boundary for repeated looks;
 * :mod:`kgate.stats.controller`: the adaptive round controller (:func:`decide`);
-* :mod:`kgate.stats.geomean`: the geometric mean over rows.
+* :mod:`kgate.stats.geomean`: the geometric mean over rows;
+* :mod:`kgate.stats.pairs`: worker processes as a random effect (per-pair means);
+* :mod:`kgate.stats.outliers`: the outlier-round rule (:func:`screen`);
+* :mod:`kgate.stats.stopping`: the stopping rule of a benchmark over all its
+  rows (:func:`decide_bench`: rows, the geomean against the bar, controls as
+  a family, outlier rounds).
 
 Each module's docstring states its method and limits; this package only
 re-exports the public names.
@@ -33,6 +38,7 @@ from kgate.stats.classify import classify
 from kgate.stats.controller import ControllerConfig, Decision, decide, rounds_needed
 from kgate.stats.distribution_free import DistributionFreeCheck, discreteness_floors
 from kgate.stats.geomean import geomean
+from kgate.stats.outliers import Exclusion, screen
 from kgate.stats.ratio import RatioEstimate, estimate_rounds, paired_ratio
 from kgate.stats.rounds import (
                                 AB,
@@ -48,6 +54,7 @@ from kgate.stats.rounds import (
                                 tokens_summary,
 )
 from kgate.stats.sequential import crossover_information, pocock_constant
+from kgate.stats.stopping import ABOVE, BELOW, STRADDLES, BenchDecision, bar_side, decide_bench, family_classes
 
 __all__ = [
     "AB",
@@ -74,4 +81,13 @@ __all__ = [
     "pocock_constant",
     "crossover_information",
     "alternating_orders",
+    "Exclusion",
+    "screen",
+    "ABOVE",
+    "BELOW",
+    "STRADDLES",
+    "BenchDecision",
+    "bar_side",
+    "decide_bench",
+    "family_classes",
 ]

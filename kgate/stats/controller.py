@@ -24,6 +24,7 @@ rate is about 5 %, slightly above it at very high noise
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -99,6 +100,14 @@ class ControllerConfig:
             return self.confidence
         return per_look_confidence(self.looks(), self.confidence)
 
+    def family_confidence(self, members: int) -> float:
+        """Per-look confidence of one of ``members`` rows judged as a family: Bonferroni over the members
+        (``1 - (1 - confidence) / members`` over looks), Pocock over the looks as for one row."""
+        if members <= 1:
+            return self.look_confidence
+        conf = 1.0 - (1.0 - self.confidence) / members
+        return conf if self.sequential == "none" else per_look_confidence(self.looks(), conf)
+
     @property
     def fast_band(self) -> float:
         return math.log1p(self.resolution)
@@ -143,8 +152,12 @@ class Decision:
         }
 
 
-def _hw_factor(n: int, confidence: float) -> float | None:
-    """Half-width / sd of the crossover interval with n alternating rounds."""
+def _hw_factor(n: int, confidence: float, per_pair: int | None = None) -> float | None:
+    """Half-width / sd of the crossover interval with n alternating rounds; with ``per_pair`` rounds per
+    worker pair, of the per-pair interval over the complete pairs (sd then of the pairs' means)."""
+    if per_pair:
+        pairs = n // per_pair
+        return t_quantile(pairs - 1, confidence) / math.sqrt(pairs) if pairs >= 2 else None
     if n < 3:
         return None
     n1 = (n + 1) // 2
@@ -158,6 +171,7 @@ def rounds_needed(
     cfg: ControllerConfig | None = None,
     *,
     limit: int = 1000,
+    per_pair: int | None = None,
 ) -> int | None:
     """Rounds after which an interval of today's width would classify.
 
@@ -166,7 +180,9 @@ def rounds_needed(
     ``t_{n-2} * sd/2 * sqrt(1/ceil(n/2) + 1/floor(n/2))`` for n = 3, 4, ...
     and return the first ``n`` at which ``[point - hw, point + hw]``
     classifies under ``cfg``; ``None`` if none does by ``limit`` (a point on
-    a band edge never does). Test: tests/test_stats.py (monotone in noise,
+    a band edge never does). With ``per_pair`` (rounds per worker pair) the
+    half-width is ``t_{J-1} * sd / sqrt(J)`` over the ``J = n // per_pair``
+    complete pairs, ``sd_log`` then being the spread of the pairs' means. Test: tests/test_stats.py (monotone in noise,
     ``None`` on a band edge). Limits: a planning figure from noisy inputs,
     never a stopping rule (:func:`decide` is).
     """
@@ -176,8 +192,9 @@ def rounds_needed(
     conf = cfg.look_confidence
     fast, slow, point_rule = cfg.fast_band, cfg.slow_band, cfg.require_point_beyond_resolution
     for n in range(3, limit + 1):
-        f = _hw_factor(n, conf)
-        assert f is not None
+        f = _hw_factor(n, conf, per_pair)
+        if f is None:
+            continue
         hw = f * sd_log
         cls = classify_log(log_ratio, log_ratio - hw, log_ratio + hw, fast, slow, point_rule)
         if cls != AMBIGUOUS:
@@ -227,7 +244,8 @@ def decide(rounds_so_far: Sequence[Round], cfg: ControllerConfig | None = None) 
         cfg.slow_band,
         cfg.require_point_beyond_resolution,
     )
-    need = rounds_needed(est.sd_log or 0.0, est.log_ratio, cfg, limit=max(cfg.max_rounds * 4, 60))
+    per_pair = max(Counter(est.blocks).values()) if est.pair_ids else None
+    need = rounds_needed(est.sd_log or 0.0, est.log_ratio, cfg, limit=max(cfg.max_rounds * 4, 60), per_pair=per_pair)
     level = (
         f"{est.confidence:.1%}"
         if cfg.sequential == "none"

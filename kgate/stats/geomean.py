@@ -8,8 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from kgate.errors import ConfigError
-from kgate.stats.distribution_free import relabel, signflip
-from kgate.stats.ratio import RatioEstimate, crossover_core
+from kgate.stats.ratio import RatioEstimate, distribution_free_check, estimate_core
 from kgate.stats.rounds import AB, check_confidence, t_quantile_real
 
 
@@ -19,9 +18,10 @@ def geomean(estimates: Sequence[RatioEstimate], confidence: float | None = None)
     Method, chosen by the data:
 
     * **aligned rows** (every row has per-round log-ratios with the same round
-      count and order sequence, as when all shapes run in every round): take
-      the per-round mean of the rows' log-ratios and run the crossover
-      estimator on that series. Its interval includes any correlation between
+      count, order sequence and worker pairs, as when all shapes run in every
+      round): take the per-round mean of the rows' log-ratios and run the
+      rows' estimator on that series (crossover, or per-pair means when worker
+      pairs were replicated: :mod:`kgate.stats.pairs`). Its interval includes any correlation between
       rows (a slow round slows every shape), and it stays valid when rows were
       in fact measured in separate rounds.
     * **otherwise**: delta method. Mean of the row log-ratios, standard error
@@ -50,6 +50,7 @@ def geomean(estimates: Sequence[RatioEstimate], confidence: float | None = None)
     aligned = (
         all(r.log_ratios for r in rows)
         and len({r.orders for r in rows}) == 1
+        and len({r.blocks for r in rows}) == 1
         and len({len(r.log_ratios) for r in rows}) == 1
     )
     warns: list[str] = []
@@ -57,16 +58,15 @@ def geomean(estimates: Sequence[RatioEstimate], confidence: float | None = None)
         series = np.mean(np.array([r.log_ratios for r in rows]), axis=0)
         orders = rows[0].orders
         is_ab = np.array([o == AB for o in orders])
-        point, se, dof, sd, w, method = crossover_core(series, is_ab)
-        method = f"geomean over {k} rows: per-round row means, {method}"
+        blocks = rows[0].blocks
+        core = estimate_core(series, is_ab, blocks)
+        point, se, dof, sd, w = core.point, core.se, core.dof, core.sd, core.order_log
+        method = f"geomean over {k} rows: per-round row means, {core.method}"
         log_ratios = tuple(float(v) for v in series)
         n = len(orders)
         order_effect = None if w is None else math.exp(w)
-        check = (
-            relabel(series, is_ab, 1.0 - conf, 0)
-            if method.endswith("crossover-t")
-            else signflip(series, 1.0 - conf, 0)
-        )
+        check = distribution_free_check(series, is_ab, core, 1.0 - conf, 0)
+        pairs = (core.pair_ids, core.pair_log_ratios)
     else:
         point = float(np.mean([r.log_ratio for r in rows]))
         var = [r.log_se**2 for r in rows]
@@ -80,6 +80,8 @@ def geomean(estimates: Sequence[RatioEstimate], confidence: float | None = None)
         n = min(r.n for r in rows)
         order_effect = None
         check = None
+        blocks = ()
+        pairs = ((), ())
         if k > 1:
             warns.append(
                 "rows differ in rounds or order, so the geomean interval assumes independent "
@@ -104,6 +106,9 @@ def geomean(estimates: Sequence[RatioEstimate], confidence: float | None = None)
         throttled_rounds=tuple(sorted({i for r in rows for i in r.throttled_rounds})),
         rows=k,
         warnings=tuple(warns),
+        blocks=blocks,
+        pair_ids=pairs[0],
+        pair_log_ratios=pairs[1],
     )
 
 

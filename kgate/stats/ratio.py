@@ -28,7 +28,10 @@ within-order standard deviation ``s_p`` and ``n - 2`` degrees of freedom::
 This is the textbook AB/BA crossover analysis (Hills & Armitage, 1979). With
 only two rounds, or rounds all in one order (not interleaved), the order
 effect is not estimable and the plain paired mean with ``n - 1`` degrees of
-freedom is used instead, with a warning.
+freedom is used instead, with a warning. When the rounds record which pair of
+worker processes timed them and pairs were replaced during the run, the
+process is a random effect and the interval comes from per-pair means
+(:mod:`kgate.stats.pairs`).
 
 Limits
 ------
@@ -51,7 +54,16 @@ import numpy as np
 
 from kgate.errors import ConfigError
 from kgate.stats.distribution_free import DistributionFreeCheck, relabel, signflip
-from kgate.stats.rounds import AB, Round, as_positive_array, check_confidence, check_orders, t_quantile
+from kgate.stats.pairs import ONE_PAIR, PAIR_METHOD, PAIRS, check_blocks, design, pair_core
+from kgate.stats.rounds import (
+    AB,
+    Round,
+    as_positive_array,
+    check_confidence,
+    check_orders,
+    t_quantile,
+    t_quantile_real,
+)
 
 #: Between-round CV above which a warning is raised.
 CV_WARN = 0.05
@@ -71,7 +83,11 @@ class RatioEstimate:
     ``order_effect`` is how much faster the arm measured second in a round
     appears (a ratio; ``None`` when not estimable). ``log_ratios`` and
     ``orders`` are the rounds behind the estimate (per-round row means for a
-    geomean over aligned rows; empty for a delta-method geomean).
+    geomean over aligned rows; empty for a delta-method geomean); ``blocks``
+    the worker pair of each of those rounds (empty when not recorded). With
+    the per-pair method (:mod:`kgate.stats.pairs`) ``pair_ids`` and
+    ``pair_log_ratios`` are the pairs and their order-adjusted mean
+    log-ratios, the units the interval is built from.
     """
 
     speedup: float
@@ -93,6 +109,9 @@ class RatioEstimate:
     throttled_rounds: tuple[int, ...] = ()
     rows: int = 1
     warnings: tuple[str, ...] = field(default=())
+    blocks: tuple[int | None, ...] = ()
+    pair_ids: tuple[int, ...] = ()
+    pair_log_ratios: tuple[float, ...] = ()
 
     @property
     def log_lower(self) -> float:
@@ -109,6 +128,12 @@ class RatioEstimate:
         ``rest`` holds the other fields."""
         return cls(speedup=math.exp(point), lower=math.exp(point - quantile * se),
                    upper=math.exp(point + quantile * se), confidence=confidence, log_ratio=point, log_se=se, **rest)
+
+    def at_confidence(self, confidence: float) -> tuple[float, float]:
+        """The interval ends (speedups) at another ``confidence``, from the same point, standard error and
+        degrees of freedom (a family of rows judged at a corrected level: :mod:`kgate.stats.stopping`)."""
+        q = t_quantile_real(self.dof, check_confidence(confidence))
+        return math.exp(self.log_ratio - q * self.log_se), math.exp(self.log_ratio + q * self.log_se)
 
     def as_dict(self) -> dict[str, object]:
         """JSON-ready dict; the distribution-free check is nested."""
@@ -141,6 +166,47 @@ def crossover_core(
     mean = float(d.mean())
     sd = float(d.std(ddof=1))
     return mean, sd / math.sqrt(n), float(n - 1), sd, None, "paired-t"
+
+
+@dataclass(frozen=True, slots=True)
+class Core:
+    """What the interval is built from: point, se, dof and sd in log units, the order effect (log), the method,
+    the units the distribution-free check relabels (rounds, or pairs' adjusted means), the design of worker
+    pairs (:func:`kgate.stats.pairs.design`) and, with pairs, their ids and adjusted means."""
+
+    point: float
+    se: float
+    dof: float
+    sd: float | None
+    order_log: float | None
+    method: str
+    design: str
+    pair_ids: tuple[int, ...] = ()
+    pair_log_ratios: tuple[float, ...] = ()
+
+
+def estimate_core(d: np.ndarray, is_ab: np.ndarray, blocks: tuple[int | None, ...]) -> Core:
+    """The per-pair estimate when worker pairs were replicated (:mod:`kgate.stats.pairs`), else the per-round
+    crossover (or paired) estimate."""
+    des = design(blocks)
+    if des == PAIRS:
+        pc = pair_core(d, is_ab, blocks)
+        return Core(pc.point, pc.se, pc.dof, pc.sd, pc.order_log, PAIR_METHOD, des, pc.ids, pc.adjusted)
+    point, se, dof, sd, w, method = crossover_core(d, is_ab)
+    return Core(point, se, dof, sd, w, method, des)
+
+
+def distribution_free_check(d: np.ndarray, is_ab: np.ndarray, core: Core, alpha: float, seed: int
+                            ) -> DistributionFreeCheck:
+    """Koch's relabelling for crossover data, the sign flip otherwise (on the pairs' adjusted means with
+    worker pairs, the units of their interval)."""
+    if core.method == "crossover-t":
+        return relabel(d, is_ab, alpha, seed)
+    return signflip(np.array(core.pair_log_ratios) if core.pair_ids else d, alpha, seed)
+
+
+ONE_PAIR_WARNING = ("one pair of worker processes timed every round: the interval leaves out the offset between "
+                    "processes (a fixed bias the rounds cannot see); replace the pair every few rounds")
 
 
 def _clock_checks(
@@ -202,6 +268,7 @@ def paired_ratio(
     throttle_fraction: float = 0.75,
     distribution_free: bool = True,
     seed: int = 0,
+    blocks: Sequence[int | None] | None = None,
 ) -> RatioEstimate:
     """Paired speedup of the candidate over the baseline from round statistics.
 
@@ -211,12 +278,14 @@ def paired_ratio(
 
     Method: crossover estimator on ``d_i = ln(base_i / cand_i)`` with a Student
     t interval (``n - 2`` dof), see the module docstring; paired mean with
-    ``n - 1`` dof when only two rounds or one order are given. With
-    ``distribution_free`` the exact randomisation interval is computed too
+    ``n - 1`` dof when only two rounds or one order are given. ``blocks[i]``
+    is the worker pair that timed round ``i``: when pairs were replicated the
+    interval comes from per-pair means with ``J - 1`` dof instead
+    (:mod:`kgate.stats.pairs`). With ``distribution_free`` the exact randomisation interval is computed too
     (seeded only when it must be sampled).
 
     Quality warnings (each says what to do): between-round CV above 5 %, fewer
-    than 5 rounds, a significant order effect, rounds all in one order,
+    than 5 rounds, one worker pair for every round, a significant order effect, rounds all in one order,
     identical log-ratios (timer too coarse), and, with clock data, throttled
     rounds (a clock below ``throttle_fraction`` of ``reference_clock_mhz``,
     default the highest clock seen; nvbench's 75 % rule) and a mean SM-clock
@@ -239,9 +308,11 @@ def paired_ratio(
     if n < 2:
         raise ConfigError(f"rounds: need at least 2 paired rounds, got {n}")
     ords = check_orders(orders, n)
+    blk = check_blocks(blocks, n)
     d = np.log(base) - np.log(cand)
     is_ab = np.array([o == AB for o in ords])
-    point, se, dof, sd, w, method = crossover_core(d, is_ab)
+    core = estimate_core(d, is_ab, blk)
+    point, se, dof, sd, w, method = core.point, core.se, core.dof, core.sd, core.order_log, core.method
     tq = t_quantile(int(dof), conf)
     warns: list[str] = []
 
@@ -256,7 +327,9 @@ def paired_ratio(
         )
     if n < 5:
         warns.append(f"only {n} rounds: run at least 5 interleaved rounds")
-    if method == "paired-t":
+    if core.design == ONE_PAIR and n > 1:
+        warns.append(ONE_PAIR_WARNING)
+    if method != "crossover-t" and w is None:
         if is_ab.all() or (~is_ab).all():
             warns.append(
                 "all rounds ran in one order: the order effect is confounded with the "
@@ -279,13 +352,7 @@ def paired_ratio(
     )
     warns.extend(clock_warns)
 
-    check: DistributionFreeCheck | None = None
-    if distribution_free:
-        alpha = 1.0 - conf
-        if method == "crossover-t":
-            check = relabel(d, is_ab, alpha, seed)
-        else:
-            check = signflip(d, alpha, seed)
+    check = distribution_free_check(d, is_ab, core, 1.0 - conf, seed) if distribution_free else None
 
     return RatioEstimate.on_log_scale(
         point, se, tq, conf,
@@ -301,6 +368,9 @@ def paired_ratio(
         distribution_free=check,
         throttled_rounds=throttled,
         warnings=tuple(warns),
+        blocks=blk,
+        pair_ids=core.pair_ids,
+        pair_log_ratios=core.pair_log_ratios,
     )
 
 
@@ -330,4 +400,5 @@ def estimate_rounds(
         throttle_fraction=throttle_fraction,
         distribution_free=distribution_free,
         seed=seed,
+        blocks=[r.block for r in rounds],
     )

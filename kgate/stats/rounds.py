@@ -167,6 +167,9 @@ class Round:
     ``order`` is ``"AB"`` when the baseline ran first. The clock fields are
     optional: the SM clock (MHz) seen while each arm ran (for example the
     mean of NVML readings), used only to flag throttling and clock imbalance.
+    ``block`` names the pair of worker processes that timed the round (None
+    when not recorded): rounds of one block share that pair's offset, which
+    :mod:`kgate.stats.pairs` treats as a random effect.
     """
 
     base_ms: float
@@ -174,6 +177,7 @@ class Round:
     order: str
     base_clock_mhz: float | None = None
     cand_clock_mhz: float | None = None
+    block: int | None = None
 
     @classmethod
     def from_samples(
@@ -183,6 +187,7 @@ class Round:
         order: str,
         base_clock_mhz: float | None = None,
         cand_clock_mhz: float | None = None,
+        block: int | None = None,
     ) -> Round:
         """A round whose statistic per arm is the median of its samples."""
         return cls(
@@ -191,6 +196,7 @@ class Round:
             order=order,
             base_clock_mhz=base_clock_mhz,
             cand_clock_mhz=cand_clock_mhz,
+            block=block,
         )
 
     def as_dict(self) -> dict[str, float | str | None]:
