@@ -99,7 +99,8 @@ def _renderer_fixture():
     return _renderer()
 
 
-@pytest.mark.parametrize("name", ["rwkv6-bwd-fusion.h200", "rwkv6-bwd-fusion-upstream.h200"])
+@pytest.mark.parametrize("name", ["rwkv6-bwd-fusion.h200", "rwkv6-bwd-fusion-upstream.h200",
+                                  "liger-layer-norm-rows.h200"])
 def test_committed_report_is_what_its_inputs_render(renderer, name: str, tmp_path: Path) -> None:
     """The committed report folder is byte for byte what its committed inputs render now."""
     inputs = renderer.load(renderer.INPUTS / f"{name}.json")
@@ -119,7 +120,8 @@ def test_the_default_campaigns_verdict_is_computed_from_its_records(renderer) ->
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not on PATH (CI installs it: apt-get install -y chromium)")
-@pytest.mark.parametrize("name", ["rwkv6-bwd-fusion.h200", "rwkv6-bwd-fusion-upstream.h200"])
+@pytest.mark.parametrize("name", ["rwkv6-bwd-fusion.h200", "rwkv6-bwd-fusion-upstream.h200",
+                                  "liger-layer-norm-rows.h200"])
 def test_page_fits_its_budget_with_no_clipped_text_or_split_number(renderer, name: str, tmp_path: Path) -> None:
     """<= 150 KB, <= 15 screens of 1400 x 900, every SVG text inside its SVG, every number on one line."""
     out = renderer.render_into(renderer.load(renderer.INPUTS / f"{name}.json"), tmp_path / "r")
