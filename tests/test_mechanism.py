@@ -1,6 +1,6 @@
 """Mechanism kinds and their plausibility bounds, the optimized path of in-place edits, inputs an op writes into.
 
-Real records where they exist: ``tests/data/records/h200_liger_layer_norm/`` is the Liger LayerNorm campaign on an
+Real records where they exist: ``tests/data/liger/h200/`` is the Liger LayerNorm campaign on an
 H200 (a ``speeds_up`` bound that passes), ``h200_default_profile_stop/`` the RWKV6 fusion (a ``removes`` bound that
 STOPs), and ``tests/data/mechanism/h200_swiglu_probe.jsonl`` a measurement of Liger's SwiGLU kernels against their
 copy-bandwidth floor on an H200 (not a kgate record: a probe of CUDA-event times, used as the roofline STOP case).
@@ -26,7 +26,7 @@ from kgate.measure.rows import Row, load_spec
 from kgate.stages.profile_baseline import bound_gate, structural_gates
 
 DATA = REPO / "tests" / "data"
-LIGER = DATA / "records" / "h200_liger_layer_norm"
+LIGER = DATA / "liger" / "h200"
 
 
 def rec(path: Path) -> dict:
