@@ -3,7 +3,9 @@
 ``execute`` loads and validates the campaign, checks that the device has the
 class the paths claim, checks that the previous gate passed (a stage is never
 run past a failed gate, even by hand), runs the stage function, and writes the
-record with provenance. A ``KgateError`` propagates to the CLI (exit 2, no
+record with provenance. A stage that uses BENCH_BASE or the candidate's
+worktree gets it through ``Context.bench_base`` / ``candidate_worktree``, which
+verify it by content first. A ``KgateError`` propagates to the CLI (exit 2, no
 record written, so nothing already measured is overwritten by a non-result).
 """
 
@@ -91,17 +93,35 @@ class Context:
         """Seconds for ``share`` of the stage time limit (``--runtime-min``; the shares above)."""
         return self.args.runtime_min * 60 * share
 
+    def bench_base(self) -> Path:
+        """BENCH_BASE's worktree, verified by content against ``fixture_freeze``'s commit and manifest
+        (``kgate.source.worktree``: a changed or added file, ignored ones included, or a ``git replace`` of
+        an object). A mismatch is an integrity error of the run (``ProvenanceMismatch``: no record), never a
+        result charged to a candidate. Every stage after the freeze that uses BENCH_BASE calls it before
+        anything runs: candidate_build and candidate_gate first thing, the profiling and timed stages when
+        they take their worktrees (``timed_worktrees``), so a stage that measures nothing (ncu on CPU) does
+        not need the worktree."""
+        fx = self.inputs["fixture_freeze"]
+        c = self.campaign
+        wt = paths.worktree(c.name, self.gpu, "bench_base")
+        verify_worktree(wt, fx["data"]["bench_base"], paths.repo(c.name, self.gpu), "BENCH_BASE's worktree")
+        verify_frozen(wt, fx["data"]["manifest"])
+        return wt
+
+    def candidate_worktree(self) -> Path:
+        """The candidate's worktree, verified by content against ``candidate_build``'s commit, and its frozen
+        files against the fixture's manifest (a mismatch is an error, no record)."""
+        c = self.campaign
+        wt = paths.worktree(c.name, self.gpu, paths.candidate_arm(str(self.candidate)))
+        verify_worktree(wt, self.inputs["candidate_build"]["data"]["candidate_sha"], paths.repo(c.name, self.gpu),
+                        "the candidate's worktree")
+        verify_frozen(wt, self.inputs["fixture_freeze"]["data"]["manifest"])
+        return wt
+
     def timed_worktrees(self) -> tuple[Path, Path]:
-        """BENCH_BASE's worktree and the candidate's, each verified at the commit its record names
-        (``fixture_freeze``'s bench_base, ``candidate_build``'s candidate_sha), and the candidate's frozen
-        files against the fixture's manifest: what a stage that runs both arms times or profiles."""
-        fx, build = self.inputs["fixture_freeze"], self.inputs["candidate_build"]
-        wt_base = paths.worktree(self.campaign.name, self.gpu, "bench_base")
-        wt_cand = paths.worktree(self.campaign.name, self.gpu, paths.candidate_arm(str(self.candidate)))
-        verify_worktree(wt_base, fx["data"]["bench_base"])
-        verify_worktree(wt_cand, build["data"]["candidate_sha"])
-        verify_frozen(wt_cand, fx["data"]["manifest"])
-        return wt_base, wt_cand
+        """BENCH_BASE's worktree and the candidate's, each verified by content at the commit its record names
+        (``bench_base``, ``candidate_worktree``): what a stage that runs both arms times or profiles."""
+        return self.bench_base(), self.candidate_worktree()
 
     def gate_spec(self) -> runner.GateSpec:
         g = self.campaign.data["gate"]
