@@ -38,8 +38,8 @@ from typing import Any
 
 from kgate import paths
 from kgate.campaign import Campaign
-from kgate.errors import ConfigError, FormatVersionError, ProvenanceMismatch
-from kgate.records import write_json
+from kgate.errors import ConfigError, ProvenanceMismatch
+from kgate.records import read_versioned, write_json
 from kgate.source import overlay
 
 LEDGER_SCHEMA = "kgate.epochs/1"
@@ -108,10 +108,7 @@ def read(campaign: str) -> dict[str, Any] | None:
     p = paths.epochs_ledger(campaign)
     if not p.exists():
         return None
-    data = json.loads(p.read_text())
-    if data.get("schema") != LEDGER_SCHEMA:
-        raise FormatVersionError(f"{p} has schema {data.get('schema')!r}, expected {LEDGER_SCHEMA}")
-    return data
+    return read_versioned(p, LEDGER_SCHEMA, "epoch ledger")
 
 
 def _utc() -> str:

@@ -1,6 +1,7 @@
 """Running a correctness gate: the target's own pytest files in a worker process.
 
-Method: pytest runs in a fresh process with cwd = the arm's worktree and
+Method: pytest runs in a fresh process (in a session of its own, under
+``kgate.testrun.guard``, so that it never outlives the stage) with cwd = the arm's worktree and
 PYTHONPATH = that worktree's source folders first (then kgate's folder and the
 inherited entries; where the target was imported from is verified), its own Triton cache, a per-test timeout
 (pytest-timeout) and a whole-run timeout. ``kgate.testrun.outcomes_plugin`` records
@@ -33,6 +34,7 @@ from typing import Any
 from kgate import paths
 from kgate.errors import ConfigError, KgateError, ProvenanceMismatch
 from kgate.testrun import outcomes_plugin, resume
+from kgate.testrun.guard import guarded
 
 OUTCOMES_OK = frozenset({"passed", "skipped", "xfailed"})
 #: deaths by these signals are not the candidate's doing (a crash is SIGSEGV, SIGABRT, SIGBUS, SIGFPE, ...)
@@ -193,9 +195,10 @@ def run(spec: GateSpec, worktree: Path, out_dir: Path, triton_cache: Path, *, ta
             fh.write(f"kgate: {len(carried)} test(s) carried over from an interrupted attempt of the same commit "
                      f"and settings ({skip_file}); running the rest\n")
         fh.flush()
-        proc = subprocess.Popen(run_cmd, cwd=worktree, env=env, stdout=fh, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-        with _forward_signals(proc):
+        # its own session (a timeout kills the whole tree at once) under kgate.testrun.guard, which kills that
+        # session's group as soon as this process is gone, however it died: the run never outlives the stage
+        with guarded(run_cmd, cwd=worktree, env=env, stdout=fh, stderr=subprocess.STDOUT) as proc, \
+                _forward_signals(proc):
             try:
                 code: int | None = proc.wait(timeout=spec.run_timeout_s)
             except subprocess.TimeoutExpired:
