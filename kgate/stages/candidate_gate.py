@@ -9,7 +9,10 @@ timeout), plus the target's dependent tests when the campaign names its
 helper. Any failure, error, crash or hang of the candidate in the frozen gate
 is a measured NO-GO. The collected test ids and their outcomes must equal the
 fixture run's: a test that disappears, is deselected or changes from passed to
-skipped fails the gate with its id.
+skipped fails the gate with its id. The numeric settings each test changed at
+run time (torch flags, Triton knobs, recorded variables, even restored before
+the test ended) and those at the end of the run must equal the fixture run's
+(``numeric_state``, ``kgate.gates.numerics``).
 
 Dependent tests are not part of the frozen contract (the helper picks them from
 the candidate's diff), so nothing froze their state at BENCH_BASE. When their
@@ -33,6 +36,7 @@ from pathlib import Path
 from kgate import paths, provenance
 from kgate.errors import KgateError
 from kgate.gates import env as env_gates
+from kgate.gates import numerics as numerics_gates
 from kgate.measure import output_diff
 from kgate.measure.arms import WorkerFailure
 from kgate.measure.rows import dispatch_rows
@@ -172,6 +176,8 @@ def run(ctx: Context) -> StageResult:
                           f"{len(main.test_env)} recorded, {len(env_diffs)} difference(s)",
                           "fail" if env_diffs else "pass", evidence=main.outcomes_path,
                           detail="; ".join(env_diffs) if env_diffs else None))
+    # run-time numeric settings, test by test, against the fixture run's (kgate.gates.numerics)
+    gates.append(numerics_gates.gate(fx["data"]["run"], main.as_data(), main.outcomes_path))
     gates += outputs_gates(ctx, main.green, fx, build, wt)
     changed = [f["path"] for f in build["data"]["diff"]["files"]]
     dep_files = dependent_tests(ctx, wt, changed)

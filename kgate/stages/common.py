@@ -22,6 +22,7 @@ from kgate import device as device_mod
 from kgate.campaign import Campaign
 from kgate.errors import IncompleteData
 from kgate.gates import env as env_gates
+from kgate.measure import worker_numerics
 from kgate.measure.arms import Arm, WorkerFailure
 from kgate.records import Gate, StageResult, build_record, read_record, write_json
 from kgate.source.worktree import verify_frozen, verify_worktree
@@ -150,8 +151,9 @@ def timed_arms(ctx: Context, worktrees: tuple[Path, Path], start: Callable[[list
     first (``gates.env.arms_gate``): a fail ends the stage before anything is
     timed. ``measure``'s gates follow that runner. A worker failure in the
     candidate's own code (an import, a crash, a hang) is a measured failure,
-    gate ``candidate_runs`` (``runs`` says what the candidate had to do); any
-    other worker failure propagates as an error. Every arm is closed on the way out.
+    gate ``candidate_runs`` (``runs`` says what the candidate had to do), or
+    ``numeric_state`` when a call changed a numeric setting
+    (:func:`failed_run_gate`); any other worker failure propagates as an error. Every arm is closed on the way out.
     """
     c, gpu, cid = ctx.campaign, ctx.gpu, ctx.candidate
     evidence = str(paths.record(c.name, gpu, ctx.stage, cid))
@@ -168,14 +170,23 @@ def timed_arms(ctx: Context, worktrees: tuple[Path, Path], start: Callable[[list
         return StageResult(gates=[env_gate, *res.gates], data=res.data, reasons=res.reasons)
     except WorkerFailure as exc:
         if exc.arm == "cand" and exc.target:
-            # the candidate's own code failed (import, a crash, a hang): a measured failure
-            return StageResult(gates=[Gate("candidate_runs", runs, "failed", "fail",
-                                           evidence=str(ctx.out_dir / "worker-cand.log"), detail=str(exc))],
+            # the candidate's own code failed (import, a crash, a hang, a numeric setting changed in a call)
+            return StageResult(gates=[failed_run_gate(str(exc), runs, str(ctx.out_dir / "worker-cand.log"))],
                                data={"measured": True, "failure": str(exc), "candidate": cid})
         raise
     finally:
         for a in arm_list:
             a.close()
+
+
+def failed_run_gate(error: str, runs: str, evidence: str, *, value: str = "failed", status: str = "fail") -> Gate:
+    """The gate a failure of the candidate's own code in a worker fails (``error``: the failure's message):
+    ``numeric_state`` (always a fail) when a call changed a numeric setting (``kgate.measure.worker_numerics``),
+    else ``candidate_runs`` with ``value`` and ``status`` (``runs`` says what the candidate had to do)."""
+    if worker_numerics.MARK in error:
+        return Gate("numeric_state", "no numeric setting (torch flags, Triton knobs, env.record variables) changes "
+                    "during a call of the op, even restored", "changed", "fail", evidence=evidence, detail=error)
+    return Gate("candidate_runs", runs, value, status, evidence=evidence, detail=error)
 
 
 def add_common_arguments(p: argparse.ArgumentParser) -> None:
