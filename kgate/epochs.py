@@ -4,7 +4,8 @@ Method: the *contract* is everything that judges a candidate: the target and
 its baseline (not the clone's path), the gate's test selection and its files
 (the gate suite folders, the CPU setup), the fixture (the overlay's content
 hash), the frozen set, the dispatch classes, and every threshold and row
-(``measure``, ``profile``, ``bench`` and any later judging section). Each part
+(``measure``, ``profile``, ``bench``, ``reference`` and any later judging
+section, with the input generator's and the reference's files). Each part
 is hashed separately (sha256 over canonical JSON plus file contents); the
 contract's digest hashes the parts. The candidate, the hypothesis and the
 notes are not part of it.
@@ -99,6 +100,10 @@ def contract(c: Campaign) -> Contract:
     inputs = (d.get("measure") or {}).get("inputs")
     if inputs and (paths.PROJECT / inputs).is_file():
         extra = _files(paths.PROJECT / inputs)
+    ref_file = ((d.get("reference") or {}).get("callable") or "").rpartition(":")[0]
+    if ref_file and (paths.PROJECT / ref_file).is_file():
+        # the reference judges the candidate's numbers: its code is part of the contract
+        extra += _files(paths.PROJECT / ref_file)
     parts["thresholds"] = _h(_json(rest), *extra)
     return Contract(digest=_h(_json(parts)), parts=parts)
 
