@@ -24,7 +24,9 @@ whatever device the run is on. Checked, with the helpers the stages use:
   kind has a gated row (``MeasureSpec.endpoints``, the endpoint gates'
   kinds); ``measure.classes`` (the benchmark's ``class_*`` gates): each class
   is the ``class_key`` value of a gated row, on a GPU only (on CPU those gates
-  never decide).
+  never decide);
+- ``reference.callable``: its file exists, and the campaign has a ``measure``
+  section (``kgate.measure.reference.load``).
 
 Not checkable here, left to the stages: rows a ``measure.registry`` gives are
 read from BENCH_BASE at run time (``profile_baseline``), so on a GPU with a
@@ -45,7 +47,7 @@ from typing import Any
 from kgate import campaign as campaign_mod
 from kgate.campaign import Campaign
 from kgate.errors import ConfigError
-from kgate.measure import model_spec
+from kgate.measure import model_spec, reference
 from kgate.measure.rows import MeasureSpec, Row, compile_regex, dispatch_rows, load_spec, row_from_spec, row_table
 
 #: the row value that holds packed sequence boundaries, and the total it must end at
@@ -87,6 +89,10 @@ def check(c: Campaign) -> None:
             _measure(c, spec)
         with _named(c, "model"):
             model_spec.load_spec(c, gpu)
+    with _named(c, "reference.callable"):
+        if reference.load(d) is not None and not d.get("measure"):
+            raise ConfigError("key 'reference': the reference runs on the inputs of measure.inputs and needs a "
+                              "measure section")
 
 
 @contextmanager

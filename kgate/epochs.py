@@ -4,7 +4,8 @@ Method: the *contract* is everything that judges a candidate: the target and
 its baseline (not the clone's path), the gate's test selection and its files
 (the gate suite folders, the CPU setup), the fixture (the overlay's content
 hash), the frozen set, the dispatch classes, and every threshold and row
-(``measure``, ``profile``, ``bench`` and any later judging section). Each part
+(``measure``, ``profile``, ``bench``, ``reference`` and any later judging
+section, with the input generator's and the reference's files). Each part
 is hashed separately (sha256 over canonical JSON plus file contents); the
 contract's digest hashes the parts. The candidate, the hypothesis, the
 notes and where the target keeps its caches (``cache``) are not part of it.
@@ -38,8 +39,8 @@ from typing import Any
 
 from kgate import paths
 from kgate.campaign import Campaign
-from kgate.errors import ConfigError, FormatVersionError, ProvenanceMismatch
-from kgate.records import write_json
+from kgate.errors import ConfigError, ProvenanceMismatch
+from kgate.records import read_versioned, write_json
 from kgate.source import overlay
 
 LEDGER_SCHEMA = "kgate.epochs/1"
@@ -99,6 +100,10 @@ def contract(c: Campaign) -> Contract:
     inputs = (d.get("measure") or {}).get("inputs")
     if inputs and (paths.PROJECT / inputs).is_file():
         extra = _files(paths.PROJECT / inputs)
+    ref_file = ((d.get("reference") or {}).get("callable") or "").rpartition(":")[0]
+    if ref_file and (paths.PROJECT / ref_file).is_file():
+        # the reference judges the candidate's numbers: its code is part of the contract
+        extra += _files(paths.PROJECT / ref_file)
     parts["thresholds"] = _h(_json(rest), *extra)
     return Contract(digest=_h(_json(parts)), parts=parts)
 
@@ -108,10 +113,7 @@ def read(campaign: str) -> dict[str, Any] | None:
     p = paths.epochs_ledger(campaign)
     if not p.exists():
         return None
-    data = json.loads(p.read_text())
-    if data.get("schema") != LEDGER_SCHEMA:
-        raise FormatVersionError(f"{p} has schema {data.get('schema')!r}, expected {LEDGER_SCHEMA}")
-    return data
+    return read_versioned(p, LEDGER_SCHEMA, "epoch ledger")
 
 
 def _utc() -> str:

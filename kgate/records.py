@@ -152,15 +152,15 @@ def _gate_dict(g: Gate) -> dict[str, Any]:
     return d
 
 
-def _read_versioned(path: Path | str, schema: str, what: str) -> dict[str, Any]:
+def read_versioned(path: Path | str, schema: str, what: str) -> dict[str, Any]:
     """Read a JSON file of kgate's, checking that it carries ``schema``; ``what`` names it in errors."""
     p = Path(path)
     try:
         data = json.loads(p.read_text())
     except FileNotFoundError as exc:
         raise IncompleteData(f"{what} {p} is missing") from exc
-    except json.JSONDecodeError as exc:
-        raise IncompleteData(f"{what} {p} is not valid JSON: {exc}") from exc
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise IncompleteData(f"{what} {p} is truncated or corrupt (not valid JSON: {exc})") from exc
     if not isinstance(data, dict) or data.get("schema") != schema:
         got = data.get("schema") if isinstance(data, dict) else type(data).__name__
         raise FormatVersionError(f"{what} {p} has schema {got!r}, expected {schema}")
@@ -169,12 +169,12 @@ def _read_versioned(path: Path | str, schema: str, what: str) -> dict[str, Any]:
 
 def read_record(path: Path | str) -> dict[str, Any]:
     """Read a stage record, checking its schema version."""
-    return _read_versioned(path, STAGE_SCHEMA, "record")
+    return read_versioned(path, STAGE_SCHEMA, "record")
 
 
 def read_verdict(path: Path | str) -> dict[str, Any]:
     """Read a verdict (``verdict.json``, written by ``kgate report``), checking its schema version."""
-    return _read_versioned(path, VERDICT_SCHEMA, "verdict")
+    return read_versioned(path, VERDICT_SCHEMA, "verdict")
 
 
 def first_provenance(records: Any, key: str) -> dict[str, Any]:

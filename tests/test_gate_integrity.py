@@ -1,5 +1,7 @@
 """Gate integrity on the default campaign (real fla-core 0.6.0, CPU interpreter): each way of passing
-by accident or narrowing the contract stops at its gate, with the evidence in the record.
+by accident or narrowing the contract stops at its gate, with the evidence in the record, and so does
+each adversarial candidate of tests/data/candidates (hidden files, binary diffs, code right only under
+pytest, numeric flags set at run time) and a BENCH_BASE tampered with after the freeze.
 
 The tests share the session's workdir with tests/test_campaign_cpu.py, so baseline evidence is
 reused and each test pays only for its own candidate's stages.
@@ -7,7 +9,10 @@ reused and each test pays only for its own candidate's stages.
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -113,3 +118,124 @@ def test_a_worktree_modified_between_stages_is_an_error(rwkv6_workdir: Workflow,
     assert "kgate: error" in log and str(wt.relative_to(rwkv6_workdir.workdir)) in log, log[-2000:]
     assert cid not in rwkv6_workdir.candidate_ids(CAMPAIGN, "candidate_gate") or not (
         rwkv6_workdir.workdir / build.replace("candidate_build", "candidate_gate")).exists()
+
+
+# Adversarial candidates: each stops at the check that catches it, named in the record and the verdict.
+
+def test_a_self_ignoring_conftest_is_a_changed_file_like_any_other(rwkv6_workdir: Workflow) -> None:
+    """A .gitignore that ignores itself and a root conftest.py that turns failures into passes: both are in
+    the candidate's commit and its diff, so the build's scope check names them before any test runs."""
+    cid, _ = _run(rwkv6_workdir, f"overlay:{DATA}/rwkv6_self_ignoring_conftest")
+    rec = rwkv6_workdir.record(CAMPAIGN, "candidate_build", cid)
+    assert [f["path"] for f in rec["data"]["diff"]["files"]] == [".gitignore", "conftest.py", "fla/ops/rwkv6/chunk.py"]
+    row = _gate(rec, "scoped_diff")
+    assert row["status"] == "fail" and row["detail"] == "paths outside the allowed set: .gitignore, conftest.py"
+    assert "conftest.py::pytest_runtest_makereport" in rec["data"]["diff"]["changed_functions"]
+    assert rwkv6_workdir.verdict(CAMPAIGN)["decided_by"] == {"stage": "candidate_build", "gate": "scoped_diff"}
+    assert cid not in rwkv6_workdir.candidate_ids(CAMPAIGN, "candidate_gate")
+
+
+def test_a_binary_attribute_hides_no_line_of_the_diff(rwkv6_workdir: Workflow) -> None:
+    """`*.py binary` in the candidate's own .gitattributes: the diff is still read as text, so the forbidden
+    forward and the TileLang switch are found and the changed function is listed."""
+    cid, _ = _run(rwkv6_workdir, f"overlay:{DATA}/rwkv6_binary_attributes")
+    rec = rwkv6_workdir.record(CAMPAIGN, "candidate_build", cid)
+    row = _gate(rec, "forbidden_patterns")
+    assert row["status"] == "fail" and row["value"] == "2 match(es)"
+    assert "matches /def chunk_rwkv6_fwd/" in row["detail"] and "matches /FLA_TILELANG|tilelang/" in row["detail"]
+    assert "fla/ops/rwkv6/chunk.py::chunk_rwkv6_fwd" in rec["data"]["diff"]["changed_functions"]
+    assert _gate(rec, "scoped_diff")["detail"] == "paths outside the allowed set: .gitattributes"
+    assert "Binary files" not in (rwkv6_workdir.workdir / rec["data"]["diff"]["patch_path"]).read_text()
+    assert rwkv6_workdir.verdict(CAMPAIGN)["decided_by"]["stage"] == "candidate_build"
+
+
+def test_a_candidate_right_only_under_pytest_fails_the_outputs_check(rwkv6_workdir: Workflow) -> None:
+    """Correct gradients where the frozen tests look, dq * 1.5 on the optimized path elsewhere: the frozen tests
+    pass, the comparison with the float64 reference outside pytest fails, naming the row and the tensor."""
+    cid, _ = _run(rwkv6_workdir, f"overlay:{DATA}/rwkv6_pytest_detecting")
+    rec = rwkv6_workdir.record(CAMPAIGN, "candidate_gate", cid)
+    assert _gate(rec, "gate_tests_pass")["status"] == "pass", "under pytest the candidate is right"
+    assert _gate(rec, "fallback_bit_identical")["status"] == "pass"
+    row = _gate(rec, "outputs_vs_bench_base")
+    assert row["status"] == "fail"
+    assert "cmp_dense_BT64_D16 grad[0]: error 0.5 against the reference" in row["detail"]
+    assert "cmp_varlen_BT64_D16 grad[0]" in row["detail"] and "BT32" not in row["detail"]
+    assert rwkv6_workdir.verdict(CAMPAIGN)["decided_by"] == {"stage": "candidate_gate", "gate": "outputs_vs_bench_base"}
+    assert cid not in rwkv6_workdir.candidate_ids(CAMPAIGN, "bench")
+
+
+def test_numeric_flags_set_inside_each_call_and_restored_fail_numeric_state(rwkv6_workdir: Workflow) -> None:
+    """TRITON_F32_DEFAULT through os.environ and torch's TF32 matmul flag through setattr, both set inside each
+    backward call and restored: no source check sees them, the test processes' watch does."""
+    cid, _ = _run(rwkv6_workdir, f"overlay:{DATA}/rwkv6_runtime_flags")
+    build = rwkv6_workdir.record(CAMPAIGN, "candidate_build", cid)
+    assert build["status"] == "pass", "names built from strings pass every source census"
+    rec = rwkv6_workdir.record(CAMPAIGN, "candidate_gate", cid)
+    assert _gate(rec, "gate_tests_pass")["status"] == "pass" and _gate(rec, "same_env")["status"] == "pass"
+    row = _gate(rec, "numeric_state")
+    assert row["status"] == "fail"
+    assert "(call): TRITON_F32_DEFAULT 'ieee' -> 'tf32' (restored after); in the fixture run: no change" in row["detail"]
+    assert "(call): torch.backends.cuda.matmul.allow_tf32 'False' -> 'True' (restored after)" in row["detail"]
+    assert rwkv6_workdir.verdict(CAMPAIGN)["decided_by"] == {"stage": "candidate_gate", "gate": "numeric_state"}
+
+
+def test_bench_base_tampered_after_the_freeze_is_an_integrity_error_not_a_no_go(rwkv6_workdir: Workflow,
+                                                                                tmp_path: Path) -> None:
+    """A frozen file edited in BENCH_BASE's worktree, a file added beside them (ignored by nothing), and a
+    `git replace` of its commit: each stops the next stage with one error naming the file or the object,
+    and no candidate is charged with it."""
+    wf = rwkv6_workdir
+    fx_rec = f"results/{CAMPAIGN}/cpu/fixture_freeze/record.json"
+    # the stages before candidate_build, so that the workflow below goes straight to it
+    assert wf.run(args=(fx_rec, f"results/{CAMPAIGN}/cpu/profile_baseline/record.json")).returncode == 0
+    bench_base = wf.record(CAMPAIGN, "fixture_freeze")["data"]["bench_base"]
+    wt = wf.workdir / "work" / CAMPAIGN / "cpu" / "wt" / "bench_base"
+    source = _fresh_identity(tmp_path, "a candidate built after BENCH_BASE was tampered with")
+    cid = candidate_id(CAMPAIGN, source)
+    record = tmp_path / "record.json"
+
+    def stage() -> subprocess.CompletedProcess[str]:
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        return subprocess.run([sys.executable, "-m", "kgate", "candidate_build", "--campaign-file",
+                               str(REPO / "config" / "campaigns" / f"{CAMPAIGN}.yaml"), "--gpu", "cpu", "--candidate",
+                               cid, "--candidate-source", source, "--record", str(record), "--input-record", fx_rec],
+                              cwd=wf.workdir, capture_output=True, text=True, env=env, timeout=600)
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-c", "user.name=u", "-c", "user.email=u@x", *args], cwd=wt, check=True,
+                              capture_output=True, text=True).stdout.strip()
+
+    frozen = wt / "fla" / "ops" / "rwkv6" / "fused_recurrent.py"
+    original = frozen.read_bytes()
+    try:
+        frozen.write_bytes(original + b"\n# edited after the freeze\n")
+        proc = stage()
+        assert proc.returncode == 2 and not record.exists()
+        assert proc.stderr.strip().splitlines()[-1] == (
+            f"kgate: error: integrity: BENCH_BASE's worktree {wt.relative_to(wf.workdir)} differs from commit "
+            f"{bench_base[:12]} by content: changed: fla/ops/rwkv6/fused_recurrent.py")
+        frozen.write_bytes(original)
+        (wt / "fla" / "__pycache__").mkdir()
+        (wt / "fla" / "__pycache__" / "__init__.cpython-311.pyc").write_bytes(b"\0")
+        proc = stage()
+        assert proc.returncode == 2 and not record.exists()
+        assert "not in the commit (untracked or ignored): fla/__pycache__/__init__.cpython-311.pyc" in proc.stderr
+        shutil.rmtree(wt / "fla" / "__pycache__")
+        # a commit with the frozen file edited, put in BENCH_BASE's place: a checkout would now give its files
+        frozen.write_bytes(original + b"\n# swapped in\n")
+        git("add", "-A")
+        other = git("commit-tree", git("write-tree"), "-p", bench_base, "-m", "swapped")
+        git("reset", "-q", "--hard", bench_base)
+        git("replace", bench_base, other)
+        # through the whole workflow: an error of the run, and no record of the candidate's build
+        run = wf.run(f"candidate={source}")
+        assert run.returncode != 0
+        log = (wf.workdir / "logs" / CAMPAIGN / "cpu" / "candidate_build" / cid / "record.log").read_text()
+        assert f"refs/replace/{bench_base} replaces object {bench_base} with {other}" in log, log[-2000:]
+        assert cid not in wf.candidate_ids(CAMPAIGN, "candidate_build")
+    finally:
+        subprocess.run(["git", "replace", "-d", bench_base], cwd=wt, capture_output=True)
+        shutil.rmtree(wt / "fla" / "__pycache__", ignore_errors=True)
+        subprocess.run(["git", "reset", "-q", "--hard", bench_base], cwd=wt, check=True)
+    proc = stage()
+    assert proc.returncode == 0, proc.stderr[-2000:]

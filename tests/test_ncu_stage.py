@@ -116,7 +116,7 @@ def _standin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("FAKE_NCU_DATA", str(data))
     monkeypatch.setenv("FAKE_NCU_CALLS", str(tmp_path / "calls.jsonl"))
     monkeypatch.delenv("FAKE_NCU_MODE", raising=False)
-    monkeypatch.setattr(common, "verify_worktree", lambda wt, sha: None)
+    monkeypatch.setattr(common, "verify_worktree", lambda *args: None)
     monkeypatch.setattr(common, "verify_frozen", lambda wt, manifest: None)
     monkeypatch.setattr(ncu, "admin_only", lambda: False)
     monkeypatch.setattr(ncu.measure, "Telemetry", StandInTelemetry)

@@ -18,7 +18,7 @@ from typing import Any
 
 from kgate.records import Gate
 
-KGATE_SET = frozenset({"TRITON_CACHE_DIR", "TRITON_CACHE_AUTOTUNING", "PYTHONPATH", "KGATE_WORKER"})
+KGATE_SET = frozenset({"TRITON_CACHE_DIR", "TRITON_CACHE_AUTOTUNING", "PYTHONPATH", "KGATE_WORKER", "KGATE_ENV_RECORD"})
 
 
 def diff(before: dict[str, str], after: dict[str, str], ignore: list[str] | tuple[str, ...],

@@ -171,9 +171,13 @@ def ask_all(arms: list[Arm], cmd: str, **args: Any) -> dict[str, dict[str, Any]]
 
 
 def worker_env(ctx: Any, worktree: Path, cache: Path) -> dict[str, str]:
-    """The gate's worker environment (worktree first on PYTHONPATH, own Triton cache, interpreter on CPU)."""
-    env = runner.build_env(ctx.gate_spec(), worktree, cache)
+    """The gate's worker environment (worktree first on PYTHONPATH, own Triton cache, interpreter on CPU, the
+    env.record globs the worker watches)."""
+    spec = ctx.gate_spec()
+    env = runner.build_env(spec, worktree, cache)
     env["KGATE_WORKER"] = "1"
+    # the variables kgate.measure.worker_numerics watches around every call (the campaign's env.record)
+    env["KGATE_ENV_RECORD"] = ",".join(spec.env_record)
     return env
 
 

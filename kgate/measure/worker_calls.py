@@ -20,6 +20,7 @@ from typing import Any
 
 from kgate.measure import census
 from kgate.measure.tensors import combined, fingerprint, hash_tree, leaves_of, row_seed, tensor_sha, tensors_of
+from kgate.measure.worker_numerics import around_call
 from kgate.measure.worker_state import ArmTargetError, RowState, State
 
 
@@ -127,6 +128,11 @@ class Calls:
         return grads
 
     def _call(self, rs: RowState, mode: str) -> None:
+        # every call of the op is a window of kgate.measure.worker_numerics (a numeric setting it changes fails it)
+        with around_call(rs.name, mode):
+            self._call_op(rs, mode)
+
+    def _call_op(self, rs: RowState, mode: str) -> None:
         torch = self.s.torch
         try:
             out = self.s.fn(*rs.args, **rs.kwargs)

@@ -6,6 +6,15 @@ user's repository can be checked out, reachable or not) under work/, and
 every arm gets its own worktree on a kgate-owned branch. Commits kgate makes
 (sdist import, fixture, candidate) use a fixed author and date, so the same
 inputs give the same SHA on every machine.
+
+What kgate reads is the objects' own content, whatever the target's files say:
+every git command runs with ``GIT_NO_REPLACE_OBJECTS`` (a ``git replace`` cannot
+substitute a commit or tree), kgate's clone carries ``info/attributes``
+(:data:`NEUTRAL_ATTRIBUTES`, which outranks every ``.gitattributes``: no end-of-line
+conversion, filter, ident or encoding between the objects and the files, and every
+diff is text), commits take every file of the worktree, ignored ones included, and
+diffs are read with ``--text``. A target's ``.gitignore`` or ``.gitattributes`` is a
+file like any other: it cannot hide a file from a commit nor a change from a diff.
 """
 
 from __future__ import annotations
@@ -16,6 +25,7 @@ import subprocess
 from pathlib import Path
 
 from kgate.errors import KgateError, TargetError
+from kgate.records import atomic_write_text
 
 COMMIT_ENV = {
     "GIT_AUTHOR_NAME": "kgate", "GIT_AUTHOR_EMAIL": "kgate@localhost",
@@ -23,15 +33,23 @@ COMMIT_ENV = {
     "GIT_AUTHOR_DATE": "2000-01-01T00:00:00+0000", "GIT_COMMITTER_DATE": "2000-01-01T00:00:00+0000",
 }
 
+#: kgate's clone's ``info/attributes``: the highest-precedence attributes, for every path. Files are checked
+#: out and hashed as their bytes (no text/eol conversion, no filter, no ident, no working-tree encoding) and
+#: diffed and merged as text, whatever a ``.gitattributes`` of the target or the candidate sets.
+NEUTRAL_ATTRIBUTES = "* -text -eol -filter -ident -working-tree-encoding diff merge\n"
+
 
 def git(*args: str, cwd: Path | str | None = None, env: dict[str, str] | None = None,
-        check: bool = True, input_text: str | None = None) -> str:
-    """Run git; on failure raise ``KgateError`` with the command and its stderr."""
+        check: bool = True, input_text: str | None = None, errors: str = "strict") -> str:
+    """Run git; on failure raise ``KgateError`` with the command and its stderr. ``errors`` decodes the
+    output (``replace`` for a text diff that may hold a binary file's bytes)."""
     full_env = dict(os.environ)
-    full_env.update({"GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"})
+    # objects as they are: a `git replace` ref (or a graft) never substitutes what kgate reads or checks out
+    full_env.update({"GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C", "GIT_NO_REPLACE_OBJECTS": "1"})
     if env:
         full_env.update(env)
-    proc = subprocess.run(["git", *args], cwd=cwd, env=full_env, capture_output=True, text=True, input=input_text)
+    proc = subprocess.run(["git", *args], cwd=cwd, env=full_env, capture_output=True, text=True, errors=errors,
+                          input=input_text)
     if check and proc.returncode != 0:
         where = f" (in {cwd})" if cwd else ""
         raise KgateError(f"git {' '.join(args[:3])}{where} failed: {proc.stderr.strip().splitlines()[-1:] or proc.returncode}")
@@ -46,12 +64,21 @@ def clone_shared(src: Path, dest: Path) -> None:
         return
     dest.parent.mkdir(parents=True, exist_ok=True)
     git("clone", "--bare", "--shared", "--no-tags", "--quiet", str(src), str(dest))
+    neutral_attributes(dest)
 
 
 def init_bare(dest: Path) -> None:
     if not dest.exists():
         dest.parent.mkdir(parents=True, exist_ok=True)
         git("init", "--bare", "--quiet", str(dest))
+    neutral_attributes(dest)
+
+
+def neutral_attributes(repo: Path) -> None:
+    """Write :data:`NEUTRAL_ATTRIBUTES` to ``repo``'s ``info/attributes`` (shared by all its worktrees)."""
+    path = Path(repo) / "info" / "attributes"
+    if not (path.is_file() and path.read_text() == NEUTRAL_ATTRIBUTES):
+        atomic_write_text(path, NEUTRAL_ATTRIBUTES)
 
 
 def has_commit(repo: Path, sha: str) -> bool:
@@ -62,6 +89,7 @@ def has_commit(repo: Path, sha: str) -> bool:
 def commit_tree_from_dir(repo: Path, src_dir: Path, message: str) -> str:
     """Commit the files of ``src_dir`` as a root commit in bare ``repo``; return its SHA."""
     repo = repo.resolve()
+    neutral_attributes(repo)
     index = repo / "kgate-import.index"
     env = {"GIT_INDEX_FILE": str(index.resolve()), "GIT_WORK_TREE": str(src_dir.resolve()), **COMMIT_ENV}
     try:
@@ -78,6 +106,7 @@ def set_ref(repo: Path, ref: str, sha: str) -> None:
 
 def reset_worktree(repo: Path, path: Path, commit: str, branch: str | None = None) -> None:
     """(Re)create worktree ``path`` at ``commit``; on ``branch`` (forced) or detached."""
+    neutral_attributes(repo)
     git("--git-dir", str(repo), "worktree", "prune")
     if path.exists():
         git("--git-dir", str(repo), "worktree", "remove", "--force", str(path), check=False)
@@ -92,8 +121,9 @@ def reset_worktree(repo: Path, path: Path, commit: str, branch: str | None = Non
 
 
 def commit_all(worktree: Path, message: str) -> str:
-    """Stage everything in ``worktree`` and commit with kgate's fixed identity."""
-    git("add", "-A", cwd=worktree)
+    """Stage every file in ``worktree``, ignored ones included (``--force``: a ``.gitignore`` hides nothing),
+    and commit with kgate's fixed identity."""
+    git("add", "-A", "--force", cwd=worktree)
     git("commit", "--quiet", "--allow-empty", "--no-verify", "-m", message, cwd=worktree, env=COMMIT_ENV)
     return head(worktree)
 
@@ -102,19 +132,15 @@ def head(worktree: Path) -> str:
     return git("rev-parse", "HEAD", cwd=worktree).strip()
 
 
-def status_porcelain(worktree: Path) -> str:
-    """Uncommitted changes (tracked and untracked); '' means clean."""
-    return git("status", "--porcelain", "--untracked-files=all", cwd=worktree)
-
-
 def changed_files(worktree: Path, base: str, tip: str = "HEAD") -> list[dict[str, object]]:
-    """Files changed between two commits, with status and line counts."""
+    """Files changed between two commits, with status and line counts (every file read as text)."""
     status = {}
     for line in git("diff", "--name-status", "--no-renames", base, tip, cwd=worktree).splitlines():
         st, _, path = line.partition("\t")
         status[path] = st
     out = []
-    for line in git("diff", "--numstat", "--no-renames", base, tip, cwd=worktree).splitlines():
+    for line in git("diff", "--numstat", "--text", "--no-renames", base, tip, cwd=worktree,
+                    errors="replace").splitlines():
         added, removed, path = line.split("\t", 2)
         out.append({"path": path, "status": status.get(path, "M"),
                     "added": None if added == "-" else int(added),
@@ -123,4 +149,35 @@ def changed_files(worktree: Path, base: str, tip: str = "HEAD") -> list[dict[str
 
 
 def patch(worktree: Path, base: str, tip: str = "HEAD") -> str:
-    return git("diff", "--no-renames", "--binary", base, tip, cwd=worktree)
+    """The diff between two commits, every file read as text (``--text``: attributes cannot make it binary)."""
+    return git("diff", "--no-renames", "--text", base, tip, cwd=worktree, errors="replace")
+
+
+def object_format(repo: Path) -> str:
+    """The repository's hash algorithm (``sha1`` or ``sha256``)."""
+    return git("--git-dir", str(repo), "rev-parse", "--show-object-format").strip() or "sha1"
+
+
+def tree_entries(repo: Path, commit: str) -> dict[str, tuple[str, str]]:
+    """Every path of ``commit``'s tree (recursively): ``{path: (mode, object id)}``, as stored."""
+    out: dict[str, tuple[str, str]] = {}
+    listing = git("--git-dir", str(repo), "ls-tree", "-r", "-z", "--full-tree", commit)
+    for item in listing.split("\0"):
+        if not item:
+            continue
+        meta, _, path = item.partition("\t")
+        mode, _kind, oid = meta.split(" ")
+        out[path] = (mode, oid)
+    return out
+
+
+def substitutions(repo: Path) -> list[str]:
+    """What could make git show other content under a commit's id: ``refs/replace/*`` refs and a grafts
+    file; one line each, naming the replaced object (kgate never creates either)."""
+    out = [f"refs/replace/{line.split()[0]} replaces object {line.split()[0]} with {line.split()[1]}"
+           for line in git("--git-dir", str(repo), "for-each-ref", "--format=%(refname:lstrip=2) %(objectname)",
+                           "refs/replace/").splitlines() if line.strip()]
+    grafts = Path(repo) / "info" / "grafts"
+    if grafts.exists():
+        out.append(f"{grafts} exists (grafts rewrite commits' parents)")
+    return out

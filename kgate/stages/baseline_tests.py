@@ -1,7 +1,7 @@
 """Stage ``baseline_tests``: the untouched gate at the exact baseline.
 
-Method: run the gate once in the baseline worktree (which must sit at the
-baseline SHA with a clean tree). Every test that did not pass is rerun
+Method: run the gate once in the baseline worktree (which must hold exactly
+the baseline commit's files, ``kgate.source.worktree``). Every test that did not pass is rerun
 ``gate.reruns`` more times on its own. A test that fails every time is a
 deterministic baseline failure: terminal NO-GO (the gate is never narrowed to
 make room for a candidate). A test that fails only sometimes makes the stage
@@ -23,7 +23,7 @@ def run(ctx: Context) -> StageResult:
     c, gpu = ctx.campaign, ctx.gpu
     target = ctx.inputs["target"]
     wt = paths.worktree(c.name, gpu, "baseline")
-    verify_worktree(wt, target["data"]["baseline_sha"])
+    verify_worktree(wt, target["data"]["baseline_sha"], paths.repo(c.name, gpu), "the baseline's worktree")
     spec = ctx.gate_spec()
     cache = ctx.triton_cache
     first, history = run_with_reruns(spec, wt, ctx.out_dir, cache, c.data["gate"]["reruns"])

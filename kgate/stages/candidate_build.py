@@ -1,7 +1,11 @@
 """Stage ``candidate_build``: the candidate as one commit on BENCH_BASE, checked before any GPU time.
 
 Method: a worktree on ``kgate/<campaign>/cand-<id>`` at BENCH_BASE gets the
-candidate (overlay, ref diff or worktree diff) and one commit. Gates, each
+candidate (overlay, ref diff or worktree diff) and one commit of every file in
+the worktree, ignored ones included, verified by content afterwards
+(``kgate.source.worktree``): a ``.gitignore`` or ``.gitattributes`` the
+candidate adds is a changed file like any other and hides nothing, and the
+diff is read as text whatever the attributes say (``kgate.source.git``). Gates, each
 with its evidence: the content hash still equals the id the DAG was built
 with; the diff touches only ``candidate.allowed_paths``; every frozen file
 still has its BENCH_BASE hash; no added line matches a forbidden pattern;
@@ -26,6 +30,7 @@ from kgate import paths
 from kgate.errors import ProvenanceMismatch
 from kgate.records import Gate, StageResult, atomic_write_text
 from kgate.source import candidate, git, manifest, numerics
+from kgate.source.worktree import verify_worktree
 from kgate.stages.common import Context
 
 _HUNK = re.compile(r"^@@ -\d+(?:,\d+)? \+(\d+)(?:,(\d+))? @@")
@@ -146,6 +151,8 @@ def run(ctx: Context) -> StageResult:
     c, gpu, cid = ctx.campaign, ctx.gpu, ctx.candidate
     fx = ctx.inputs["fixture_freeze"]
     bench_base = fx["data"]["bench_base"]
+    # BENCH_BASE by content first: a tampered one is the run's integrity error, never this candidate's NO-GO
+    base_wt = ctx.bench_base()
     now = candidate.identity(c)
     if now != cid:
         raise ProvenanceMismatch(f"candidate changed while the workflow ran (id {cid} at DAG build, {now} now); rerun")
@@ -154,6 +161,8 @@ def run(ctx: Context) -> StageResult:
     git.reset_worktree(repo, wt, bench_base, branch=paths.branch(c.name, paths.candidate_arm(cid)))
     mat = candidate.materialize(c, wt)
     cand_sha = git.commit_all(wt, f"kgate: candidate {cid} ({mat.kind}:{mat.source})")
+    # every file of the worktree is in the commit (ignored ones too): what the gates below read is what runs
+    verify_worktree(wt, cand_sha, repo, "the candidate's worktree")
     files = git.changed_files(wt, bench_base, cand_sha)
     patch_text = git.patch(wt, bench_base, cand_sha)
     patch_path = ctx.out_dir / "candidate.patch"
@@ -199,7 +208,6 @@ def run(ctx: Context) -> StageResult:
 
     new_findings: list[str] = []
     if cand["lint"]["ruff"] and py:
-        base_wt = paths.worktree(c.name, gpu, "bench_base")
         # a multiset: a further instance of a finding the file already had is still new
         allowance = Counter(_finding_key(f, base_wt) for f in ruff_findings(base_wt, py, cand["lint"]["select"]))
         new_findings = []

@@ -1,14 +1,18 @@
 """Stage ``candidate_gate``: the full frozen gate on the candidate.
 
-Method: before running anything, the candidate worktree must sit at the
-commit candidate_build made, with a clean tree and every frozen file at its
-BENCH_BASE hash (a mismatch is an error, not a result). Then the frozen gate
+Method: before running anything, the candidate worktree must hold exactly
+the commit candidate_build made, by content (untracked and ignored files
+count), with every frozen file at its BENCH_BASE hash (a mismatch is an
+error, not a result). Then the frozen gate
 runs exactly as in fixture_freeze (same files, selection, arguments, per-test
 timeout), plus the target's dependent tests when the campaign names its
 helper. Any failure, error, crash or hang of the candidate in the frozen gate
 is a measured NO-GO. The collected test ids and their outcomes must equal the
 fixture run's: a test that disappears, is deselected or changes from passed to
-skipped fails the gate with its id.
+skipped fails the gate with its id. The numeric settings each test changed at
+run time (torch flags, Triton knobs, recorded variables, even restored before
+the test ended) and those at the end of the run must equal the fixture run's
+(``numeric_state``, ``kgate.gates.numerics``).
 
 Dependent tests are not part of the frozen contract (the helper picks them from
 the candidate's diff), so nothing froze their state at BENCH_BASE. When their
@@ -24,6 +28,7 @@ passes at BENCH_BASE counts as the candidate's.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -31,11 +36,11 @@ from pathlib import Path
 from kgate import paths, provenance
 from kgate.errors import KgateError
 from kgate.gates import env as env_gates
+from kgate.gates import numerics as numerics_gates
 from kgate.measure import output_diff
 from kgate.measure.arms import WorkerFailure
 from kgate.measure.rows import dispatch_rows
 from kgate.records import Gate, StageResult, write_json
-from kgate.source.worktree import verify_frozen, verify_worktree
 from kgate.stages.common import Context
 from kgate.testrun import runner
 
@@ -45,8 +50,9 @@ def dependent_tests(ctx: Context, wt: Path, changed: list[str]) -> list[str]:
     spec = ctx.campaign.data["gate"].get("dependent_tests")
     if not spec or not changed:
         return []
+    # no bytecode written into the worktree: it must keep exactly the candidate's files
     proc = subprocess.run([sys.executable, spec["helper"], *changed], cwd=wt, capture_output=True, text=True,
-                          timeout=600)
+                          timeout=600, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
     if proc.returncode != 0:
         raise KgateError(f"gate.dependent_tests.helper {spec['helper']} failed: {proc.stderr.strip()[-300:]}")
     out = []
@@ -115,8 +121,7 @@ def outputs_gates(ctx: Context, green: bool, fx: dict, build: dict, wt: Path) ->
         return output_diff.gates(None, "the campaign lists no dispatch rows for this device", evidence)
     if not green:
         return output_diff.gates(None, "not run: the frozen tests did not pass", evidence)
-    wt_base = paths.worktree(c.name, gpu, "bench_base")
-    verify_worktree(wt_base, fx["data"]["bench_base"])
+    wt_base = ctx.bench_base()
     try:
         result = output_diff.compare(ctx, wt_base, wt, rows, tuple(build["data"].get("enables", [])))
     except WorkerFailure as exc:
@@ -131,9 +136,9 @@ def outputs_gates(ctx: Context, green: bool, fx: dict, build: dict, wt: Path) ->
 def run(ctx: Context) -> StageResult:
     c, gpu, cid = ctx.campaign, ctx.gpu, ctx.candidate
     build, fx = ctx.inputs["candidate_build"], ctx.inputs["fixture_freeze"]
-    wt = paths.worktree(c.name, gpu, paths.candidate_arm(cid))
-    verify_worktree(wt, build["data"]["candidate_sha"])
-    verify_frozen(wt, fx["data"]["manifest"])
+    # BENCH_BASE (the outputs comparison, the dependent tests' attribution) and the candidate, by content
+    ctx.bench_base()
+    wt = ctx.candidate_worktree()
     spec = ctx.gate_spec()
     ignore = env_gates.ignored(c.data)
     # the stage's own environment first: a difference makes the run incomparable, so nothing is run
@@ -171,6 +176,8 @@ def run(ctx: Context) -> StageResult:
                           f"{len(main.test_env)} recorded, {len(env_diffs)} difference(s)",
                           "fail" if env_diffs else "pass", evidence=main.outcomes_path,
                           detail="; ".join(env_diffs) if env_diffs else None))
+    # run-time numeric settings, test by test, against the fixture run's (kgate.gates.numerics)
+    gates.append(numerics_gates.gate(fx["data"]["run"], main.as_data(), main.outcomes_path))
     gates += outputs_gates(ctx, main.green, fx, build, wt)
     changed = [f["path"] for f in build["data"]["diff"]["files"]]
     dep_files = dependent_tests(ctx, wt, changed)
@@ -183,8 +190,7 @@ def run(ctx: Context) -> StageResult:
         dep_data = dep.as_data()
         base = None
         if attributable(dep):
-            wt_base = paths.worktree(c.name, gpu, "bench_base")
-            verify_worktree(wt_base, fx["data"]["bench_base"])
+            wt_base = ctx.bench_base()
             # exactly the ids that did not pass, on BENCH_BASE's worktree
             base = runner.run(dspec, wt_base, ctx.out_dir, cache, tag="dependent-base", only_ids=dep.bad_ids)
             base_data = base.as_data()

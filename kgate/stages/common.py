@@ -3,7 +3,9 @@
 ``execute`` loads and validates the campaign, checks that the device has the
 class the paths claim, checks that the previous gate passed (a stage is never
 run past a failed gate, even by hand), runs the stage function, and writes the
-record with provenance. A ``KgateError`` propagates to the CLI (exit 2, no
+record with provenance. A stage that uses BENCH_BASE or the candidate's
+worktree gets it through ``Context.bench_base`` / ``candidate_worktree``, which
+verify it by content first. A ``KgateError`` propagates to the CLI (exit 2, no
 record written, so nothing already measured is overwritten by a non-result).
 """
 
@@ -22,6 +24,7 @@ from kgate.cache.store import KernelCache
 from kgate.campaign import Campaign
 from kgate.errors import IncompleteData
 from kgate.gates import env as env_gates
+from kgate.measure import worker_numerics
 from kgate.measure.arms import Arm, WorkerFailure
 from kgate.records import Gate, StageResult, build_record, read_record, write_json
 from kgate.source.worktree import verify_frozen, verify_worktree
@@ -108,17 +111,35 @@ class Context:
         """Seconds for ``share`` of the stage time limit (``--runtime-min``; the shares above)."""
         return self.args.runtime_min * 60 * share
 
+    def bench_base(self) -> Path:
+        """BENCH_BASE's worktree, verified by content against ``fixture_freeze``'s commit and manifest
+        (``kgate.source.worktree``: a changed or added file, ignored ones included, or a ``git replace`` of
+        an object). A mismatch is an integrity error of the run (``ProvenanceMismatch``: no record), never a
+        result charged to a candidate. Every stage after the freeze that uses BENCH_BASE calls it before
+        anything runs: candidate_build and candidate_gate first thing, the profiling and timed stages when
+        they take their worktrees (``timed_worktrees``), so a stage that measures nothing (ncu on CPU) does
+        not need the worktree."""
+        fx = self.inputs["fixture_freeze"]
+        c = self.campaign
+        wt = paths.worktree(c.name, self.gpu, "bench_base")
+        verify_worktree(wt, fx["data"]["bench_base"], paths.repo(c.name, self.gpu), "BENCH_BASE's worktree")
+        verify_frozen(wt, fx["data"]["manifest"])
+        return wt
+
+    def candidate_worktree(self) -> Path:
+        """The candidate's worktree, verified by content against ``candidate_build``'s commit, and its frozen
+        files against the fixture's manifest (a mismatch is an error, no record)."""
+        c = self.campaign
+        wt = paths.worktree(c.name, self.gpu, paths.candidate_arm(str(self.candidate)))
+        verify_worktree(wt, self.inputs["candidate_build"]["data"]["candidate_sha"], paths.repo(c.name, self.gpu),
+                        "the candidate's worktree")
+        verify_frozen(wt, self.inputs["fixture_freeze"]["data"]["manifest"])
+        return wt
+
     def timed_worktrees(self) -> tuple[Path, Path]:
-        """BENCH_BASE's worktree and the candidate's, each verified at the commit its record names
-        (``fixture_freeze``'s bench_base, ``candidate_build``'s candidate_sha), and the candidate's frozen
-        files against the fixture's manifest: what a stage that runs both arms times or profiles."""
-        fx, build = self.inputs["fixture_freeze"], self.inputs["candidate_build"]
-        wt_base = paths.worktree(self.campaign.name, self.gpu, "bench_base")
-        wt_cand = paths.worktree(self.campaign.name, self.gpu, paths.candidate_arm(str(self.candidate)))
-        verify_worktree(wt_base, fx["data"]["bench_base"])
-        verify_worktree(wt_cand, build["data"]["candidate_sha"])
-        verify_frozen(wt_cand, fx["data"]["manifest"])
-        return wt_base, wt_cand
+        """BENCH_BASE's worktree and the candidate's, each verified by content at the commit its record names
+        (``bench_base``, ``candidate_worktree``): what a stage that runs both arms times or profiles."""
+        return self.bench_base(), self.candidate_worktree()
 
     def gate_spec(self) -> runner.GateSpec:
         g = self.campaign.data["gate"]
@@ -148,8 +169,9 @@ def timed_arms(ctx: Context, worktrees: tuple[Path, Path], start: Callable[[list
     first (``gates.env.arms_gate``): a fail ends the stage before anything is
     timed. ``measure``'s gates follow that runner. A worker failure in the
     candidate's own code (an import, a crash, a hang) is a measured failure,
-    gate ``candidate_runs`` (``runs`` says what the candidate had to do); any
-    other worker failure propagates as an error. Every arm is closed on the way out.
+    gate ``candidate_runs`` (``runs`` says what the candidate had to do), or
+    ``numeric_state`` when a call changed a numeric setting
+    (:func:`failed_run_gate`); any other worker failure propagates as an error. Every arm is closed on the way out.
     """
     c, gpu, cid = ctx.campaign, ctx.gpu, ctx.candidate
     evidence = str(paths.record(c.name, gpu, ctx.stage, cid))
@@ -165,14 +187,23 @@ def timed_arms(ctx: Context, worktrees: tuple[Path, Path], start: Callable[[list
         return StageResult(gates=[env_gate, *res.gates], data=res.data, reasons=res.reasons)
     except WorkerFailure as exc:
         if exc.arm == "cand" and exc.target:
-            # the candidate's own code failed (import, a crash, a hang): a measured failure
-            return StageResult(gates=[Gate("candidate_runs", runs, "failed", "fail",
-                                           evidence=str(ctx.out_dir / "worker-cand.log"), detail=str(exc))],
+            # the candidate's own code failed (import, a crash, a hang, a numeric setting changed in a call)
+            return StageResult(gates=[failed_run_gate(str(exc), runs, str(ctx.out_dir / "worker-cand.log"))],
                                data={"measured": True, "failure": str(exc), "candidate": cid})
         raise
     finally:
         for a in arm_list:
             a.close()
+
+
+def failed_run_gate(error: str, runs: str, evidence: str, *, value: str = "failed", status: str = "fail") -> Gate:
+    """The gate a failure of the candidate's own code in a worker fails (``error``: the failure's message):
+    ``numeric_state`` (always a fail) when a call changed a numeric setting (``kgate.measure.worker_numerics``),
+    else ``candidate_runs`` with ``value`` and ``status`` (``runs`` says what the candidate had to do)."""
+    if worker_numerics.MARK in error:
+        return Gate("numeric_state", "no numeric setting (torch flags, Triton knobs, env.record variables) changes "
+                    "during a call of the op, even restored", "changed", "fail", evidence=evidence, detail=error)
+    return Gate("candidate_runs", runs, value, status, evidence=evidence, detail=error)
 
 
 def add_common_arguments(p: argparse.ArgumentParser) -> None:

@@ -2,7 +2,9 @@
 
 Method: in a worktree on ``kgate/<campaign>/bench_base`` at the baseline,
 apply the fixture overlay (every edited path must match ``fixture.test_paths``),
-commit with kgate's fixed identity (so BENCH_BASE is reproducible), run the
+commit every file of the worktree with kgate's fixed identity (so BENCH_BASE is
+reproducible; ignored files too, and the worktree is verified against the
+commit by content, ``kgate.source.worktree``), run the
 full gate against the untouched production code, and require it green and a
 superset of the baseline's test ids (a fixture only adds). Then write the
 manifest: sha256 of the frozen paths and of the gate's test files.
@@ -16,6 +18,7 @@ from kgate import epochs, paths
 from kgate.errors import ConfigError
 from kgate.records import Gate, StageResult, write_json
 from kgate.source import git, manifest, overlay
+from kgate.source.worktree import verify_worktree
 from kgate.stages.common import Context
 from kgate.testrun.judge import judge, run_with_reruns
 
@@ -41,6 +44,8 @@ def run(ctx: Context) -> StageResult:
         raise ConfigError(f"key 'fixture.overlay': the fixture edits non-test path(s) {outside} "
                           f"(allowed by fixture.test_paths: {list(allowed)})")
     bench_base = git.commit_all(wt, f"kgate: fixture for {c.name} ({fx['overlay']})")
+    # every file of the worktree is in BENCH_BASE (ignored ones too): later stages verify it by content
+    verify_worktree(wt, bench_base, repo, "BENCH_BASE's worktree")
     spec = ctx.gate_spec()
     cache = ctx.triton_cache
     first, history = run_with_reruns(spec, wt, ctx.out_dir, cache, c.data["gate"]["reruns"])

@@ -59,6 +59,7 @@ from kgate.ncu.export import export_commands
 from kgate.ncu.lookup import admin_only, find_ncu
 from kgate.records import Gate, StageResult
 from kgate.stages.common import PROFILE_SHARE, Context
+from kgate.testrun.guard import guarded
 
 #: flags kgate sets itself; a campaign's pass may not set them
 OWN_FLAGS = ("--kernel-name", "-k", "--kernel-id", "--launch-skip", "-s", "--launch-count", "-c", "--export", "-o",
@@ -200,9 +201,9 @@ def run_pass(ctx: Context, spec: MeasureSpec, nspec: NcuSpec, exe: str, p: Pass,
     measure.progress(f"{row.name}: ncu pass {p.name} on arm {arm}")
     before = {"clocks": telemetry.sample(), "compute_apps": telemetry.compute_apps()}
     t0 = time.monotonic()
-    with log.open("w") as fh:
-        proc = subprocess.Popen(cmd, cwd=worktree, env=measure.worker_env(ctx, worktree, cache), stdin=subprocess.DEVNULL,
-                                stdout=fh, stderr=fh, start_new_session=True)
+    # a session of its own (a timeout kills the tree), guarded: it never outlives this stage (kgate.testrun.guard)
+    with log.open("w") as fh, guarded(cmd, cwd=worktree, env=measure.worker_env(ctx, worktree, cache),
+                                      stdin=subprocess.DEVNULL, stdout=fh, stderr=fh) as proc:
         try:
             rc = proc.wait(timeout=max(deadline.left(), 1.0))
         except subprocess.TimeoutExpired as exc:

@@ -44,7 +44,6 @@ from kgate.measure.profile import measure_row, not_measured, per_call
 from kgate.measure.rows import CPU_TIMING_NOTE, MeasureSpec, Row
 from kgate.protocol import PREFLIGHT
 from kgate.records import Gate, StageResult, read_record
-from kgate.source.worktree import verify_frozen, verify_worktree
 from kgate.stages.common import PROFILE_SHARE, Context
 from kgate.stats import summarize
 
@@ -179,9 +178,7 @@ def run(ctx: Context) -> StageResult:
     if spec is None:
         return not_measured(ctx, "profile_baseline")
     fx = ctx.inputs["fixture_freeze"]
-    wt = paths.worktree(c.name, gpu, "bench_base")
-    verify_worktree(wt, fx["data"]["bench_base"])
-    verify_frozen(wt, fx["data"]["manifest"])
+    wt = ctx.bench_base()
     cache = ctx.triton_cache
     kind = "cpu" if spec.cpu else "gpu"
     mode = spec.profile.get("mode", "fwdbwd")

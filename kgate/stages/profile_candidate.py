@@ -46,8 +46,11 @@ from kgate.measure.arms import WorkerFailure
 from kgate.measure.profile import measure_row, not_measured, per_call
 from kgate.measure.rows import CPU_TIMING_NOTE, MeasureSpec, Row
 from kgate.records import Gate, StageResult
-from kgate.stages.common import PROFILE_SHARE, Context
+from kgate.stages.common import PROFILE_SHARE, Context, failed_run_gate
 from kgate.stats import summarize
+
+#: what the candidate_runs gate requires here
+RUNS = "the candidate runs every profiled row"
 
 # arithmetic (pure; tests/test_profile_candidate.py)
 
@@ -216,8 +219,8 @@ def run(ctx: Context) -> StageResult:
                                   deadline)
     except WorkerFailure as exc:
         if exc.arm == "cand" and exc.target:
-            return StageResult(gates=[Gate("candidate_runs", "the candidate runs every profiled row", "failed to start",
-                                           "stop", evidence=str(ctx.out_dir / "worker-cand.log"), detail=str(exc))],
+            return StageResult(gates=[failed_run_gate(str(exc), RUNS, str(ctx.out_dir / "worker-cand.log"),
+                                                      value="failed to start", status="stop")],
                                data={"measured": True, "failure": {"row": None, "error": str(exc)}, "candidate": cid})
         raise
     base, cand = arms
@@ -267,10 +270,10 @@ def run(ctx: Context) -> StageResult:
             arm.close()
     gates: list[Gate] = [env_gate]
     if failure:
-        gates.append(Gate("candidate_runs", "the candidate runs every profiled row", f"failed at {failure['row']}",
-                          "stop", evidence=str(cand.log), detail=failure["error"]))
+        gates.append(failed_run_gate(failure["error"], RUNS, str(cand.log), value=f"failed at {failure['row']}",
+                                     status="stop"))
     else:
-        gates.append(Gate("candidate_runs", "the candidate runs every profiled row", f"{len(rows)} rows", "pass",
+        gates.append(Gate("candidate_runs", RUNS, f"{len(rows)} rows", "pass",
                           evidence=str(cand.log)))
         gates += candidate_gates(spec, table, resources, mode, tol, min_ratio, evidence)
     data = {

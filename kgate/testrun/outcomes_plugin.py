@@ -27,6 +27,7 @@ from typing import Any
 
 import pytest
 
+from kgate.testrun import numerics_plugin
 from kgate.testrun.interp_gaps import UNAVAILABLE
 
 _MAX_MSG = 4000
@@ -91,6 +92,9 @@ class _Recorder:
             t["outcome"] = "error"
         elif report.skipped and report.when == "setup":
             t["outcome"] = "xfailed" if hasattr(report, "wasxfail") else "skipped"
+        changes = dict(report.user_properties).get(numerics_plugin.PROPERTY)
+        if changes:
+            t.setdefault("numerics", {})[report.when] = changes
         if (report.failed or report.skipped) and t["message"] is None:
             t["message"] = _text(report)
             if report.skipped and UNAVAILABLE in t["message"]:
@@ -115,19 +119,24 @@ class _Recorder:
         # at the end: a variable the code under test set while it ran is seen
         self.state["env"] = {k: v for k, v in sorted(os.environ.items())
                              if any(fnmatch.fnmatchcase(k, p) for p in self.env_patterns)}
+        numerics = numerics_plugin.session_state()
+        if numerics is not None:
+            self.state["numerics_state"] = numerics
         if self.worker is None:
-            worker_env: dict[str, set[str]] = {}
             workers = [json.loads(f.read_text()) for f in worker_paths(self.path)]
             merge_collection(self.state, workers)
             for w in workers:
                 for k, v in w["imports"].items():
                     self.state["imports"].setdefault(k, v)
-                for k, v in w.get("env", {}).items():
-                    worker_env.setdefault(k, set()).add(v)
-            if worker_env:
-                # under xdist the workers ran the code: every value any worker ended with, whichever
-                # worker ran which test (the distribution of tests to workers is not deterministic)
-                self.state["env"] = {k: " | ".join(sorted(v)) for k, v in sorted(worker_env.items())}
+            for key in ("env", "numerics_state"):
+                merged: dict[str, set[str]] = {}
+                for w in workers:
+                    for k, v in (w.get(key) or {}).items():
+                        merged.setdefault(k, set()).add(v)
+                if merged:
+                    # under xdist the workers ran the code: every value any worker ended with, whichever
+                    # worker ran which test (the distribution of tests to workers is not deterministic)
+                    self.state[key] = {k: " | ".join(sorted(v)) for k, v in sorted(merged.items())}
         self._write()
 
 

@@ -1,11 +1,14 @@
 """Running a correctness gate: the target's own pytest files in a worker process.
 
-Method: pytest runs in a fresh process with cwd = the arm's worktree and
+Method: pytest runs in a fresh process (in a session of its own, under
+``kgate.testrun.guard``, so that it never outlives the stage) with cwd = the arm's worktree and
 PYTHONPATH = that worktree's source folders first (then kgate's folder and the
 inherited entries; where the target was imported from is verified), its own Triton cache, a per-test timeout
 (pytest-timeout) and a whole-run timeout. ``kgate.testrun.outcomes_plugin`` records
 every collected id and outcome as the run goes, so a crash or a hang still
-leaves the finished tests and the id that was running. On CPU the Triton
+leaves the finished tests and the id that was running; ``kgate.testrun.numerics_plugin``
+records the numeric settings each test changed (torch flags, Triton knobs, the
+recorded environment), even ones restored before the test ended. On CPU the Triton
 interpreter shim (``kgate.testrun.interp_plugin``) and the campaign's cpu_setup file
 are loaded inside the worker; nothing is written into the worktree.
 
@@ -33,6 +36,7 @@ from typing import Any
 from kgate import paths
 from kgate.errors import ConfigError, KgateError, ProvenanceMismatch
 from kgate.testrun import outcomes_plugin, resume
+from kgate.testrun.guard import guarded
 
 #: outcomes that are not failures; ``unavailable``: the Triton interpreter itself could not run the test (CPU)
 OUTCOMES_OK = frozenset({"passed", "skipped", "xfailed", "unavailable"})
@@ -83,6 +87,8 @@ class GateRun:
     test_env: dict[str, str] = field(default_factory=dict)
     #: ids whose outcomes were carried over from an interrupted earlier attempt (kgate.testrun.resume)
     carried: tuple[str, ...] = ()
+    #: the numeric settings at the end of the session (kgate.testrun.numerics_plugin); None: not recorded
+    numerics_state: dict[str, str] | None = None
 
     @property
     def counts(self) -> dict[str, int]:
@@ -127,7 +133,7 @@ class GateRun:
             "collect_errors": self.collect_errors, "running_at_end": self.running_at_end,
             "imports": self.imports, "env": self.env, "test_env": self.test_env, "log": self.log,
             "outcomes": self.outcomes_path, "junit": self.junit_path, "interpreter": self.interp,
-            "carried_over": list(self.carried),
+            "carried_over": list(self.carried), "numerics_state": self.numerics_state,
         }
 
 
@@ -206,6 +212,7 @@ def run(spec: GateSpec, worktree: Path, out_dir: Path, triton_cache: Path, *, ta
     interp_record = (out_dir / f"{tag}.interpreter.json").resolve()
     cmd = [sys.executable, "-m", "pytest", *(only_ids or spec.tests), *_isolation(worktree),
            "-p", "kgate.testrun.outcomes_plugin",
+           "-p", "kgate.testrun.numerics_plugin", f"--kgate-numerics={','.join(spec.env_record)}",
            f"--kgate-outcomes={outcomes}", f"--junitxml={junit}", "-p", "no:cacheprovider", "-q", "-rfE",
            f"--timeout={spec.test_timeout_s}", "--timeout-method=thread" if spec.cpu else "--timeout-method=signal"]
     if spec.cpu:
@@ -234,9 +241,10 @@ def run(spec: GateSpec, worktree: Path, out_dir: Path, triton_cache: Path, *, ta
             fh.write(f"kgate: {len(carried)} test(s) carried over from an interrupted attempt of the same commit "
                      f"and settings ({skip_file}); running the rest\n")
         fh.flush()
-        proc = subprocess.Popen(run_cmd, cwd=worktree, env=env, stdout=fh, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-        with _forward_signals(proc):
+        # its own session (a timeout kills the whole tree at once) under kgate.testrun.guard, which kills that
+        # session's group as soon as this process is gone, however it died: the run never outlives the stage
+        with guarded(run_cmd, cwd=worktree, env=env, stdout=fh, stderr=subprocess.STDOUT) as proc, \
+                _forward_signals(proc):
             try:
                 code: int | None = proc.wait(timeout=spec.run_timeout_s)
             except subprocess.TimeoutExpired:
@@ -266,7 +274,7 @@ def run(spec: GateSpec, worktree: Path, out_dir: Path, triton_cache: Path, *, ta
                    running_at_end=state.get("running"), imports=state.get("imports", {}),
                    env={k: env[k] for k in ("PYTHONPATH", "TRITON_CACHE_DIR", "TRITON_INTERPRET") if k in env},
                    log=str(log), outcomes_path=str(outcomes), junit_path=str(junit), interp=interp,
-                   test_env=state.get("env", {}), carried=tuple(carried))
+                   test_env=state.get("env", {}), carried=tuple(carried), numerics_state=state.get("numerics_state"))
 
 
 @contextlib.contextmanager

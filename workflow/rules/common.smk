@@ -6,7 +6,13 @@ from kgate.errors import KgateError
 from kgate.measure.rows import inputs_fingerprint
 from kgate.protocol import gated_walk
 from kgate.source import overlay
-from kgate.workflow import open_epoch, resolve, status
+from kgate.workflow import claim_directory, open_epoch, resolve, status
+
+# The main Snakemake process holds its claim on the directory for its whole life; a run killed with its process
+# group leaves Snakemake's lock files behind, and the next run that finds no live kgate run removes them
+# (kgate.workflow.claim_directory).
+if workflow.is_main_process:
+    DIRECTORY_CLAIM = claim_directory()
 
 # The DAG build only reads (a changed contract after a freeze is refused here); dry runs and --lint write nothing.
 try:
