@@ -237,3 +237,76 @@ def start_declared(name: str, root: Path, inputs: Path, wt: Path):
               Deadline(300))
     arm.info = arm.request("init", **toy_init(inputs), writes_inputs=True)
     return arm
+
+
+MEMO_PACKAGE = '''\
+import torch
+
+_CACHE = {}
+
+
+def op(x, w):
+    # an adversary: results cached on where the inputs live, not on what they hold
+    key = (x.data_ptr(), tuple(x.shape), x.dtype, x.stride(), w.data_ptr())
+    if key not in _CACHE:
+        _CACHE[key] = (x * w).detach()
+    y = _CACHE[key] + 0 * x * w  # keeps the autograd graph (gradients of the honest op)
+    return y.sum(-1), y
+'''
+
+HONEST_PACKAGE = '''\
+def op(x, w):
+    y = x * w
+    return y.sum(-1), y
+'''
+
+
+class TestTheTimedCodeIsTheTestedCode:
+    """The bench stage's round hooks (fresh values before a round, sampled outputs after it) on real workers: an
+    op that memoizes on pointers and shapes is caught at ``timed_outputs_match``; an honest pair passes."""
+
+    def pair(self, root: Path, cand_source: str):
+        from kgate.stages.bench import Plan
+
+        arms_ = {}
+        for name, source in (("base", HONEST_PACKAGE), ("cand", cand_source)):
+            wt, inputs = toy_worktree(root / name)
+            (wt / "toyop" / "__init__.py").write_text(source)
+            arms_[name] = start(name, root / name, inputs, wt)
+        row = Row("small", "dense", dict(ROWS[0]))
+        plan = Plan([("small:fwdbwd", row, "fwdbwd", "gated")])
+        for a in arms_.values():
+            a.request("prepare", rows=[row.values])
+            a.request("warm", row="small", mode="fwdbwd", calls=1)
+        return arms_, plan
+
+    def rounds(self, arms_, plan, n: int = 2) -> list[dict]:
+        from kgate.stages.bench import fresh_inputs, time_round, timed_outputs
+
+        recorded = []
+        for i in range(n):
+            fresh_inputs(i, arms_, plan)
+            rnd = time_round(i, arms_, plan, 1, _NoTelemetry())
+            rnd["outputs"] = timed_outputs(i, arms_, plan)
+            recorded.append(rnd)
+        return recorded
+
+    @pytest.mark.parametrize(("source", "status"), [(MEMO_PACKAGE, "fail"), (HONEST_PACKAGE, "pass")])
+    def test_memoizing_on_pointers_fails_and_an_honest_candidate_passes(self, tmp_path: Path, source: str,
+                                                                         status: str) -> None:
+        from kgate.gates.bench import gate_timed_outputs
+
+        arms_, plan = self.pair(tmp_path, source)
+        try:
+            gate = gate_timed_outputs(self.rounds(arms_, plan), 0.05, "e")
+        finally:
+            for a in arms_.values():
+                a.close()
+        assert gate.name == "timed_outputs_match" and gate.status == status, gate
+        if status == "fail":
+            assert "round 1 small:fwdbwd: output[0] off by" in gate.detail
+
+
+class _NoTelemetry:
+    def sample(self) -> None:
+        return None

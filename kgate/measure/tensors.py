@@ -23,17 +23,22 @@ def tensor_sha(torch: Any, t: Any) -> str:
     return h.hexdigest()
 
 
-def hash_tree(torch: Any, obj: Any, prefix: str, out: dict[str, str]) -> None:
-    if isinstance(obj, torch.Tensor):
-        out[prefix] = tensor_sha(torch, obj)
-    elif isinstance(obj, (list, tuple)):
+def leaves(torch: Any, obj: Any, prefix: str) -> Any:
+    """(path name, leaf) of a nested structure of lists, tuples and dicts (``args[0]``, ``kwargs.x``)."""
+    if isinstance(obj, (list, tuple)) and not isinstance(obj, torch.Tensor):
         for i, x in enumerate(obj):
-            hash_tree(torch, x, f"{prefix}[{i}]", out)
+            yield from leaves(torch, x, f"{prefix}[{i}]")
     elif isinstance(obj, dict):
         for k in sorted(obj):
-            hash_tree(torch, obj[k], f"{prefix}.{k}", out)
+            yield from leaves(torch, obj[k], f"{prefix}.{k}")
     else:
-        out[prefix] = hashlib.sha256(repr(obj).encode()).hexdigest()
+        yield prefix, obj
+
+
+def hash_tree(torch: Any, obj: Any, prefix: str, out: dict[str, str]) -> None:
+    for name, leaf in leaves(torch, obj, prefix):
+        out[name] = (tensor_sha(torch, leaf) if isinstance(leaf, torch.Tensor)
+                     else hashlib.sha256(repr(leaf).encode()).hexdigest())
 
 
 def combined(hashes: dict[str, str]) -> str:
@@ -42,14 +47,7 @@ def combined(hashes: dict[str, str]) -> str:
 
 def tensors_of(torch: Any, obj: Any, prefix: str, out: dict[str, Any]) -> dict[str, Any]:
     """Every tensor of a nested structure under its path name (``args[0]``, ``kwargs.x``)."""
-    if isinstance(obj, torch.Tensor):
-        out[prefix] = obj
-    elif isinstance(obj, (list, tuple)):
-        for i, x in enumerate(obj):
-            tensors_of(torch, x, f"{prefix}[{i}]", out)
-    elif isinstance(obj, dict):
-        for k in sorted(obj):
-            tensors_of(torch, obj[k], f"{prefix}.{k}", out)
+    out.update((name, leaf) for name, leaf in leaves(torch, obj, prefix) if isinstance(leaf, torch.Tensor))
     return out
 
 

@@ -96,7 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     handlers = {"init": worker.init, "prepare": worker.prepare, "warm": worker.warm, "time": worker.time,
                 "profile": worker.profile, "autotune": worker.autotune, "resources": worker.resources,
                 "sources": worker.sources, "launch_cost": worker.launch_cost, "bandwidth": worker.bandwidth,
-                "flops": worker.flops, "registry": worker.registry, "release": worker.release, "outputs": worker.outputs,
+                "flops": worker.flops, "registry": worker.registry, "refresh": worker.refresh,
+                "sample_outputs": worker.sample_outputs, "release": worker.release, "outputs": worker.outputs,
                 "profile_range": worker.profile_range}
 
     def dispatch(cmd: str, req_args: dict[str, Any]) -> dict[str, Any]:

@@ -23,6 +23,9 @@ from kgate.measure.tensors import combined, fingerprint, hash_tree, leaves_of, r
 from kgate.measure.worker_numerics import around_call
 from kgate.measure.worker_state import ArmTargetError, RowState, State
 
+#: how far a round's input seed moves from the row's (kgate.stages.bench: fresh values every round)
+REFRESH_STRIDE = 7919
+
 
 class Calls:
     """The base of :class:`kgate.measure.worker.Worker`: its state and the row and call primitives."""
@@ -127,17 +130,18 @@ class Calls:
         rs.grad_hashes = hashes
         return grads
 
-    def _call(self, rs: RowState, mode: str) -> None:
+    def _call(self, rs: RowState, mode: str) -> list[Any]:
+        """One call of the op; returns its outputs (a caller that drops them frees them at once)."""
         # every call of the op is a window of kgate.measure.worker_numerics (a numeric setting it changes fails it)
         with around_call(rs.name, mode):
-            self._call_op(rs, mode)
+            return self._call_op(rs, mode)
 
-    def _call_op(self, rs: RowState, mode: str) -> None:
+    def _call_op(self, rs: RowState, mode: str) -> list[Any]:
         torch = self.s.torch
         try:
             out = self.s.fn(*rs.args, **rs.kwargs)
+            outs = list(out) if isinstance(out, (tuple, list)) else [out]
             if mode == "fwdbwd":
-                outs = list(out) if isinstance(out, (tuple, list)) else [out]
                 try:
                     sel = [outs[i] for i in self.s.differentiate]
                 except IndexError as exc:
@@ -149,36 +153,74 @@ class Calls:
             elif mode != "fwd":
                 raise ValueError(f"unknown mode {mode!r} (fwd or fwdbwd)")
             del out
+            return outs
         except ValueError:
             raise
         except Exception as exc:
             raise ArmTargetError(f"row {rs.name} {mode}: {type(exc).__name__}: {exc}") from exc
 
-    def outputs(self, row: str, path: str) -> dict[str, Any]:
-        """One fwdbwd call on the row's inputs; every tensor output and every leaf gradient is saved
-        (CPU copies, ``torch.save``) to ``path`` for kgate's BENCH_BASE comparison. Returns their sha256."""
+    def _results(self, rs: RowState, mode: str) -> dict[str, Any]:
+        """One call (after the usual preparation) and what it produced: every tensor output and, for
+        ``fwdbwd``, every leaf gradient, by name (``output[i]``, ``grad[j]``)."""
         torch = self.s.torch
-        rs = self._row(row)
         self._prep(rs)
-        try:
-            out = self.s.fn(*rs.args, **rs.kwargs)
-            outs = list(out) if isinstance(out, (tuple, list)) else [out]
-            sel = [outs[i] for i in self.s.differentiate]
-            if rs.grads is None:
-                rs.grads = self._grads_for(rs, sel)
-            torch.autograd.backward(sel, rs.grads)
-        except ValueError:
-            raise
-        except Exception as exc:
-            raise ArmTargetError(f"row {rs.name} outputs: {type(exc).__name__}: {exc}") from exc
+        outs = self._call(rs, mode)
         tensors = {f"output[{i}]": o.detach() for i, o in enumerate(outs) if isinstance(o, torch.Tensor)}
         tensors.update({f"grad[{j}]": t.grad for j, t in enumerate(rs.leaves)
                         if isinstance(t, torch.Tensor) and t.grad is not None})
         self._sync()
+        return tensors
+
+    def outputs(self, row: str, path: str) -> dict[str, Any]:
+        """One fwdbwd call on the row's inputs; every tensor output and every leaf gradient is saved
+        (CPU copies, ``torch.save``) to ``path`` for kgate's BENCH_BASE comparison. Returns their sha256."""
+        torch = self.s.torch
+        tensors = self._results(self._row(row), "fwdbwd")
         torch.save({k: v.cpu() for k, v in tensors.items()}, path)
         return {"sha256": {k: tensor_sha(torch, v) for k, v in tensors.items()},
                 "shapes": {k: list(v.shape) for k, v in tensors.items()},
                 "dtypes": {k: str(v.dtype) for k, v in tensors.items()}}
+
+    def refresh(self, rows: list[str], round: int) -> dict[str, Any]:
+        """New input values for a round, written into the row's own tensors (the same storage, so an op that
+        caches on pointers and shapes sees new values at old addresses): ``make_inputs`` with the row's seed moved
+        by the round. Returns each row's input fingerprints (equal in both arms: the coordinator checks)."""
+        s, torch = self.s, self.s.torch
+        out = {}
+        for name in rows:
+            rs = self._row(name)
+            seed = (rs.seed + REFRESH_STRIDE * (int(round) + 1)) % 2**63
+            torch.manual_seed(seed)
+            args, kwargs = s.make_inputs(dict(rs.values), device=s.device, dtype=s.dtype, seed=seed)
+            fresh: dict[str, Any] = {}
+            tensors_of(torch, list(args), "args", fresh)
+            tensors_of(torch, kwargs, "kwargs", fresh)
+            if set(fresh) != set(rs.tensors):
+                raise ValueError(f"row {name}: make_inputs gave tensors {sorted(fresh)} for a new seed, not "
+                                 f"{sorted(rs.tensors)}")
+            with torch.no_grad():
+                for k, t in rs.tensors.items():
+                    t.copy_(fresh[k])
+            rs.fingerprints = {k: fingerprint(torch, t) for k, t in rs.tensors.items()}
+            if rs.pristine is not None:
+                rs.pristine = {k: t.detach().clone() for k, t in rs.tensors.items()}
+            out[name] = rs.fingerprints
+        self._sync()
+        return out
+
+    def sample_outputs(self, row: str, mode: str, seed: int, k: int = 1024) -> dict[str, Any]:
+        """One untimed call on the row's current inputs; per output and gradient, its values at ``k`` positions
+        drawn from ``seed`` (the same in both arms) and its RMS, for the coordinator's comparison with BENCH_BASE."""
+        torch = self.s.torch
+        tensors = self._results(self._row(row), mode)
+        gen = torch.Generator(device="cpu").manual_seed(int(seed))
+        out = {}
+        for name, t in tensors.items():
+            flat = t.detach().reshape(-1)
+            idx = torch.randint(0, max(flat.numel(), 1), (min(int(k), flat.numel()),), generator=gen)
+            picked = flat[idx.to(flat.device)].double()
+            out[name] = {"values": picked.cpu().tolist(), "rms": float(flat.double().pow(2).mean().sqrt())}
+        return out
 
     def _row(self, row: str) -> RowState:
         if row not in self.s.rows:

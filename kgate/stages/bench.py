@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import socket
 import time
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,6 +72,8 @@ from kgate.gates.bench import (
     describe,
     evaluate,
     exclusive_gate,
+    gate_timed_outputs,
+    outputs_difference,
     replication,
     to_rounds,
 )
@@ -167,12 +170,39 @@ def run_rounds(pairs: WorkerPairs, plan: Plan, samples: int, telemetry: measure.
             return recorded, dec, resumed_from, note
         pairs.before_round()
         index = len(recorded)
+        fresh_inputs(index, pairs.arms, plan)
         rnd = time_round(index, pairs.arms, plan, samples, telemetry, hold=key_parts.get("timer") == "host_ahead")
+        rnd["outputs"] = timed_outputs(index, pairs.arms, plan)
         rnd.update(pair=pairs.pair, pids=pairs.pids)
         rnd["exclusive"] = measure.foreign_processes(telemetry.compute_apps(), pairs.ours)
         checkpoints.append_line(ckpt, rnd)
         recorded.append(rnd)
         pairs.after_round(index)
+
+
+def fresh_inputs(index: int, arms: dict[str, Arm], plan: Plan) -> None:
+    """Before a round, untimed: new input values for every row in both arms, written into the same tensors
+    (``Calls.refresh``: the row's seed moved by the round), equal across arms by their fingerprints."""
+    names = list(dict.fromkeys(row.name for _k, row, _m, _r in plan.items))
+    got = {a: arms[a].request("refresh", rows=names, round=index) for a in ("base", "cand")}
+    for name in names:
+        measure.compare_hashes("fresh input", name, {a: {k: str(v) for k, v in got[a][name].items()} for a in got})
+
+
+def timed_outputs(index: int, arms: dict[str, Arm], plan: Plan) -> dict[str, Any]:
+    """After a round, untimed: one more call per row in each arm on the round's inputs; the candidate's outputs and
+    gradients at sampled positions against BENCH_BASE's (``kgate.gates.bench.outputs_difference``)."""
+    out = {}
+    for key, row, mode, _role in plan.items:
+        seed = row_seed_for(index, key)
+        got = {a: arms[a].request("sample_outputs", row=row.name, mode=mode, seed=seed) for a in ("base", "cand")}
+        out[key] = outputs_difference(got["base"], got["cand"])
+    return out
+
+
+def row_seed_for(index: int, key: str) -> int:
+    """The positions sampled after round ``index`` of row ``key`` (the same in both arms, new every round)."""
+    return (zlib.crc32(key.encode()) + 104729 * (index + 1)) % 2**31
 
 
 def ready_pair(new: dict[str, Arm], first: dict[str, Arm], device: dict[str, Any], plan: Plan,
@@ -290,6 +320,7 @@ def _measure(ctx: Context, spec: MeasureSpec, cfg: BenchConfig, plan: Plan, arms
         row_data.append(describe(o, recorded, cfg, pb_, pc_, warm[key], excluded))
     exclusive = exclusive_gate(recorded, exclusive_log, spec.cpu, evidence)
     gates, est = evaluate(outcomes, cfg, evidence, exclusive=exclusive)
+    gates.append(gate_timed_outputs(recorded, float(spec.bench.get("outputs_rtol", 0.05)), evidence))
     data = {
         "measured": True, "cpu": spec.cpu, "timings_meaningful": not spec.cpu,
         "candidate": ctx.candidate, "candidate_sha": build["data"]["candidate_sha"],
