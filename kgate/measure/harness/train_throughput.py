@@ -54,10 +54,11 @@ Method
   as ``varlen_key``. Both workloads train on the same tokens per step.
 * A step: forward with labels, ``loss.backward()``, ``optimizer.step()``,
   ``optimizer.zero_grad(set_to_none=True)``.
-* ``varlen_check``: the packed batch's loss in eval mode without gradients,
-  once with its boundaries and once as one sequence; the model uses them when
-  the two differ by more than 1e-4 of the loss (the coordinator refuses a
-  model that does not: its varlen workload would be dense).
+* ``varlen_check``: the packed batch in eval mode without gradients, once
+  with its boundaries and once as one sequence; the model uses them when its
+  logits differ (any element; the loss when it returns no logits: a bf16 loss
+  can round to one value either way). The coordinator refuses a model that
+  does not use them: its varlen workload would be dense.
 * ``warm``: untimed steps (compile, autotune, allocator); an out-of-memory
   error releases the model and optimizer and is answered as ``oom`` (the
   coordinator may rebuild with fewer layers). ``build`` does the same.
@@ -293,7 +294,8 @@ class Harness:
         return out
 
     def varlen_check(self) -> dict[str, Any]:
-        """Whether the packed batch's loss changes with its boundaries (eval mode, no gradients)."""
+        """Whether the packed batch's results change with its boundaries (eval mode, no gradients): the logits when
+        the model returns them (any element differing: a bf16 loss can round to the same value), else the loss."""
         torch = self.torch
         b = self._batch("varlen")
         key = self.settings["varlen_key"]
@@ -301,17 +303,22 @@ class Harness:
         try:
             with torch.no_grad():
                 try:
-                    with_b = float(self._loss(self.model(input_ids=b.input_ids, labels=b.input_ids,
-                                                         **{key: b.boundaries})))
+                    with_b = self.model(input_ids=b.input_ids, labels=b.input_ids, **{key: b.boundaries})
                 except TypeError as exc:
                     return {"used": False, "why": f"the forward refuses it: {one_line(exc)}"}
-                without = float(self._loss(self.model(input_ids=b.input_ids, labels=b.input_ids)))
+                without = self.model(input_ids=b.input_ids, labels=b.input_ids)
         finally:
             self.model.train()
-        used = abs(with_b - without) > 1e-4 * max(1.0, abs(without))
-        return {"used": used, "loss_with": with_b, "loss_without": without,
-                "why": "the loss changes with the boundaries" if used else
-                f"the loss is {with_b!r} with the boundaries and {without!r} without them"}
+        loss_with, loss_without = float(self._loss(with_b)), float(self._loss(without))
+        lw, lo = getattr(with_b, "logits", None), getattr(without, "logits", None)
+        if isinstance(lw, torch.Tensor) and isinstance(lo, torch.Tensor) and lw.shape == lo.shape:
+            diff = float((lw.float() - lo.float()).abs().max())
+            used, what = diff > 0, f"the logits differ by at most {diff:.3g}"
+        else:
+            diff = abs(loss_with - loss_without)
+            used, what = diff > 0, f"the loss is {loss_with!r} with the boundaries and {loss_without!r} without them"
+        return {"used": used, "loss_with": loss_with, "loss_without": loss_without, "max_difference": diff,
+                "why": what if used else f"nothing changes with the boundaries ({what})"}
 
     @staticmethod
     def _loss(out: Any) -> Any:
