@@ -107,14 +107,16 @@ def status_porcelain(worktree: Path) -> str:
     return git("status", "--porcelain", "--untracked-files=all", cwd=worktree)
 
 
-def changed_files(worktree: Path, base: str, tip: str = "HEAD") -> list[dict[str, object]]:
-    """Files changed between two commits, with status and line counts."""
+def changed_files(worktree: Path, base: str, tip: str | None = "HEAD") -> list[dict[str, object]]:
+    """Files changed between two commits (tip None: between ``base`` and the checkout's tracked files, as they
+    are on disk), with status and line counts. Reads only (``git diff`` of trees, or of a tree and the files)."""
+    tips = [tip] if tip is not None else []
     status = {}
-    for line in git("diff", "--name-status", "--no-renames", base, tip, cwd=worktree).splitlines():
+    for line in git("diff", "--name-status", "--no-renames", base, *tips, cwd=worktree).splitlines():
         st, _, path = line.partition("\t")
         status[path] = st
     out = []
-    for line in git("diff", "--numstat", "--no-renames", base, tip, cwd=worktree).splitlines():
+    for line in git("diff", "--numstat", "--no-renames", base, *tips, cwd=worktree).splitlines():
         added, removed, path = line.split("\t", 2)
         out.append({"path": path, "status": status.get(path, "M"),
                     "added": None if added == "-" else int(added),
