@@ -137,8 +137,11 @@ class Trees:
 
 
 def checkout_trees(change: Change, root: Path, campaign: str) -> Trees:
-    """(Re)create kgate's base and head worktrees of ``change`` in its bare shared clone (never the user's)."""
+    """(Re)create kgate's base and head worktrees of ``change`` in a fresh bare shared clone (never the user's):
+    an earlier run's scratch folder, perhaps of another target, is removed first."""
     work = paths.init_work(root, campaign)
+    if work.exists():
+        shutil.rmtree(work)
     repo = work / "target.git"
     git.clone_shared(change.target, repo)
     base, head = work / "wt" / "base", work / "wt" / "head"
