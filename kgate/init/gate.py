@@ -19,8 +19,9 @@ fixture's are frozen by fixture_freeze anyway). A changed source file that a
 gate file imports and whose name says it is a reference (``REFERENCE``) is
 reported as an edit of the contract, not a candidate file.
 
-The CPU selection: the gate is collected once, with kgate's gate runner under
-the interpreter (``--collect-only``, the campaign's CPU setup). Up to
+The CPU selection: the gate is collected once, with kgate's gate runner
+(``--collect-only``; under the interpreter with the campaign's CPU setup on a
+machine without a GPU, as a GPU gate run on one). Up to
 ``CPU_ALL_MAX`` test ids run whole on CPU (``select.cpu: null``); more, or a
 collection that fails, leave ``select.cpu`` a TODO. Limits: a count is not
 a cost (a few large cases can still be slow under the interpreter); the
@@ -36,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from kgate import paths
+from kgate import device, paths
 from kgate.errors import KgateError
 from kgate.init import split
 from kgate.init.pyindex import PyIndex
@@ -154,10 +155,12 @@ class Collected:
 
 def collect(worktree: Path, out_dir: Path, tests: tuple[str, ...], pytest_args: tuple[str, ...],
             python_path: tuple[str, ...], cpu_setup: str | None, forbid_env: tuple[str, ...]) -> Collected:
-    """pytest's collection of the gate, run as kgate runs a CPU gate (``kgate.testrun.runner``)."""
+    """pytest's collection of the gate, run as kgate runs a gate on this machine (``kgate.testrun.runner``): under
+    the interpreter with the campaign's CPU setup where no GPU is visible, as a GPU gate run elsewhere."""
+    cpu = device.detect().klass == "cpu"
     spec = runner.GateSpec(tests=tests, select=None, pytest_args=(*pytest_args, "--collect-only"),
-                           forbid_env=forbid_env, python_path=python_path, cpu=True,
-                           cpu_setup=(paths.PROJECT / cpu_setup) if cpu_setup else None,
+                           forbid_env=forbid_env, python_path=python_path, cpu=cpu,
+                           cpu_setup=(paths.PROJECT / cpu_setup) if (cpu and cpu_setup) else None,
                            test_timeout_s=300, run_timeout_s=600)
     try:
         run = runner.run(spec, worktree, out_dir, out_dir / "triton-cache", tag="collect")
