@@ -294,7 +294,7 @@ def test_test_edits_fixture_freezes_the_edited_test_and_omit_leaves_it_out(tmp_p
     edits: list[split.Edit] = []
     sources = compose._route_contract(opts, change, {"tests/test_scale.py": "edits it"}, ["toyops/scale.py"], edits, acc)
     assert sources == ["toyops/scale.py"] and edits == []
-    assert acc.lines == [("left out", "tests/test_scale.py (edits it; --test-edits omit)")]
+    assert acc == [("left out", "tests/test_scale.py (edits it; --test-edits omit)")]
 
 
 def _analyse(base: str, head: str, path: str = "tests/test_x.py") -> split.TestChange:
@@ -617,6 +617,16 @@ def test_the_candidate_is_the_source_part_of_the_change(written: tuple[Toy, Path
     assert wt["candidate"] == {"worktree": str(toy.path), "diff_paths": ["toyops/extra.py", "toyops/scale.py"],
                                "allowed_paths": ["toyops/extra.py", "toyops/scale.py"]}
     assert "fixture: tests/test_scale.py: adds to the file (1 overlay edit)" in lines(proc, "decided")
+
+
+def test_a_head_is_named_by_its_branch_or_by_a_commit_that_does_not_move(tmp_path: Path) -> None:
+    toy = toy_target(tmp_path)
+    sha = git(toy.path, "rev-parse", "faster")
+    assert read_change(toy.path, toy.base, "faster").candidate_value == "faster"
+    assert read_change(toy.path, toy.base, sha[:10]).candidate_value == sha
+    assert read_change(toy.path, toy.base, "faster~1").candidate_value == git(toy.path, "rev-parse", "faster~1")
+    with pytest.raises(ConfigError, match="--head: 'nope' is not a commit of"):
+        read_change(toy.path, toy.base, "nope")
 
 
 def test_todo_values_anywhere_are_found_in_file_order() -> None:

@@ -54,6 +54,16 @@ class Change:
     files: tuple[ChangedFile, ...]
 
     @property
+    def candidate_value(self) -> str:
+        """What the candidate names: the checkout's folder; a branch or tag by its name (its later commits are
+        later candidates); any other revision (a SHA, ``HEAD~1``) by its commit, which does not move."""
+        if self.checkout is not None:
+            return str(self.checkout)
+        assert self.head_sha is not None
+        named = any(_exists(self.target, f"refs/{kind}/{self.head}") for kind in ("heads", "tags", "remotes"))
+        return self.head if named else self.head_sha
+
+    @property
     def head_kind(self) -> str:
         """``ref`` or ``worktree``: the kind of candidate the head becomes."""
         return "ref" if self.checkout is None else "worktree"
@@ -88,6 +98,10 @@ class Change:
         out = git.git("log", "--reverse", f"--max-count={MESSAGE_COMMITS}", "--format=%B%x00",
                       f"{self.base}..{self.head_sha}", cwd=self.target)
         return [m.strip() for m in out.split("\0") if m.strip()]
+
+
+def _exists(repo: Path, ref: str) -> bool:
+    return subprocess.run(["git", "show-ref", "--verify", "--quiet", ref], cwd=repo).returncode == 0
 
 
 def _show(repo: Path, commit: str, path: str) -> bytes | None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -102,22 +102,18 @@ def _hypothesis(change: Change) -> str | None:
     return text[:1200]
 
 
-@dataclass
-class _Account:
-    """The lines init prints and writes at the top of the campaign, in order."""
-
-    lines: list[tuple[str, str]] = field(default_factory=list)
+class _Account(list[tuple[str, str]]):
+    """The lines init prints and writes at the top of the campaign, in order: (tag, text)."""
 
     def add(self, tag: str, text: str) -> None:
-        self.lines.append((tag, text))
+        self.append((tag, text))
 
 
 def compose(opts: Options, change: Change, trees: Trees) -> Plan:
     """Everything the written campaign holds (module docstring)."""
     acc = _Account()
     base_files = frozenset(git.git("ls-tree", "-r", "--name-only", change.base, cwd=change.target).splitlines())
-    head_name = change.head if change.head_sha is None or not re.fullmatch(r"[0-9a-f]{7,40}", change.head) \
-        else change.head_sha
+    head_name = change.candidate_value
     acc.add("decided", f"target {change.target} at base {change.base}; head {change.head_kind}:{head_name}"
             + (f" ({change.head_sha[:12]})" if change.head_sha and head_name != change.head_sha else ""))
 
@@ -137,6 +133,7 @@ def compose(opts: Options, change: Change, trees: Trees) -> Plan:
 
     index = PyIndex.of(trees.head, import_roots(PyIndex.of(trees.head).files, sources))
     conv, helper = _helper(opts, gate_mod.conventions(base_files), trees)
+
     def gate_for(srcs: list[str]) -> gate_mod.Gate:
         covering, how = _covering(index, base_files, srcs, helper, trees, acc)
         appended = [t.path for t in additions if split.is_test_module(t.path) and change.status(t.path) == "M"]
@@ -178,8 +175,7 @@ def compose(opts: Options, change: Change, trees: Trees) -> Plan:
     if g.frozen:
         acc.add("decided", f"frozen: {_few(g.frozen)} (conftests and what the gate imports, besides the gate's "
                            "own files, which are always frozen)")
-    data["candidate"] = {change.head_kind: head_name if change.head_sha else str(change.checkout),
-                         "diff_paths": list(sources), "allowed_paths": list(sources)}
+    data["candidate"] = {change.head_kind: head_name, "diff_paths": list(sources), "allowed_paths": list(sources)}
     acc.add("decided", f"candidate {change.head_kind}:{data['candidate'][change.head_kind]} restricted to "
                        f"{_few(sources)} (candidate.diff_paths, candidate.allowed_paths)")
     env = next((c.values["env"] for c in conv if "env" in c.values), None)
@@ -192,7 +188,7 @@ def compose(opts: Options, change: Change, trees: Trees) -> Plan:
     data["model"] = {"none": todo("the end-to-end workload (model.config_class and model.model_class, or builder; "
                                   "a patch that puts the target's kernels in) or the reason there is none")}
     _cpu_selection(opts, trees, data, acc)
-    return Plan(data=data, fixture=tuple(fixture_edits), inputs=inputs, lines=tuple(acc.lines),
+    return Plan(data=data, fixture=tuple(fixture_edits), inputs=inputs, lines=tuple(acc),
                 kernels_dir=opts.root / "kernels" / opts.name,
                 campaign_file=opts.root / "config" / "campaigns" / f"{opts.name}.yaml")
 
