@@ -3,7 +3,9 @@
 A campaign file is YAML validated against ``kgate/schemas/campaign.schema.yaml``
 (JSON Schema 2020-12, unknown keys rejected). Validation errors become one
 ``ConfigError`` line naming the file, the key path and the problem, raised
-before any job starts. Defaults from the schema are filled in, so stages read
+before any job starts. A value ``kgate init`` left for the user to decide (a
+string starting with ``TODO_MARK``) is refused first, naming its key and saying
+what to fill in. Defaults from the schema are filled in, so stages read
 one fully resolved mapping. What the schema cannot say about paths is checked
 next (``_check_paths``). Everything else the file alone decides (regexes, row
 sizes, row names, endpoint kinds, classes) is ``kgate.campaign_checks``, whose
@@ -24,6 +26,10 @@ import yaml
 
 from kgate import paths
 from kgate.errors import ConfigError
+
+#: The mark ``kgate init`` writes at the start of a value the user must still decide (followed by what to decide).
+#: A campaign holding one is refused before its schema is checked, with the key and the rest of the value.
+TODO_MARK = "TODO(kgate init)"
 
 
 def load_yaml(path: Path) -> Any:
@@ -86,6 +92,23 @@ def _fill_defaults(node: Any, sch: dict[str, Any]) -> Any:
         if key in node:
             node[key] = _fill_defaults(node[key], sub)
     return node
+
+
+def todos(node: Any, prefix: str = "") -> list[tuple[str, str]]:
+    """Every value still marked ``TODO_MARK``: (dotted key, what to fill in), in file order."""
+    if isinstance(node, str):
+        return [(prefix or "<top level>", node[len(TODO_MARK):].lstrip(" :"))] if node.startswith(TODO_MARK) else []
+    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+    return [t for k, v in items for t in todos(v, f"{prefix}.{k}" if prefix else str(k))]
+
+
+def refuse_todos(data: Any, source: str) -> None:
+    """One ``ConfigError`` line naming the first value ``kgate init`` left to fill in (and how many more there are)."""
+    left = todos(data)
+    if left:
+        key, what = left[0]
+        more = f" ({len(left) - 1} more: {', '.join(k for k, _ in left[1:])})" if len(left) > 1 else ""
+        raise ConfigError(f"{source}: key '{key}': written by kgate init: fill in: {what}{more}")
 
 
 def section_defaults(section: str) -> dict[str, Any]:
@@ -182,6 +205,7 @@ def load(spec: str | Path, overrides: dict[str, Any] | None = None) -> Campaign:
         for k in ("overlay", "ref", "worktree"):
             cand.pop(k, None)
         cand[kind] = value
+    refuse_todos(data, str(path))
     validate(data, "campaign", str(path))
     data = _fill_defaults(data, schema("campaign"))
     if path.stem != data["name"]:

@@ -12,6 +12,7 @@ Usage::
     python -m kgate export --format nvbench|pyperf REC  # a bench/model record's samples for NVBench or pyperf
     python -m kgate model ... --calibration            # an A/A of the model stage by hand (docs/measurement.md)
     python -m kgate cache info|export|import ...       # the kernel cache of this stack, as a bundle (docs/cache.md)
+    python -m kgate init --target C --base B --head H --name N  # a campaign from a change (docs/init.md)
 
 A ``KgateError`` prints one line ``kgate: error: ...`` on stderr and exits 2;
 any other exception is a bug and keeps its traceback.
@@ -80,6 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
     from kgate.cache import cli as cache_cli
     cache_cli.add_arguments(sub.add_parser("cache", help="this stack's kernel cache: info, or a bundle to export "
                                                          "or import (docs/cache.md)"))
+    from kgate.init import cli as init_cli
+    init_cli.add_arguments(sub.add_parser("init", help="write a campaign from a change: base commit, head commit or "
+                                                       "checkout (docs/init.md)"))
     from kgate.ncu import export as ncu_export
     np_ = sub.add_parser("ncu-export", help="an ncu stage's CSV exports and their provenance, for tests/data/ncu/")
     ncu_export.add_arguments(np_)
@@ -121,6 +125,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.stage == "cache":
             from kgate.cache import cli as cache_cli
             return cache_cli.run_cli(args)
+        if args.stage == "init":
+            from kgate.init import cli as init_cli
+            return init_cli.run_cli(args)
         if args.stage == "ncu-export":
             from kgate.ncu import export as ncu_export
             return ncu_export.run_cli(args)

@@ -6,6 +6,7 @@ work/<campaign>/<gpu>/                                      kgate's clone, workt
 reports/<campaign>/<gpu>/                                    the rendered report
 results/<campaign>/epochs.json, results/<campaign>/_epochs/  the epoch ledger and its archives
 work/cache/packages/                                         unpacked PyPI sdists, shared by campaigns
+work/init/<campaign>/                                        kgate init's clone and worktrees of a change
 work/cache/kernels/<stack>/                                  the kernel cache of one device class and software
                                                              stack, shared by campaigns, stages and arms (the
                                                              default of --kernel-cache; a profile setting)
@@ -149,6 +150,12 @@ def stack_manifest(root: Path, stack_id: str) -> Path:
 def imported_ledger(root: Path, stack_id: str) -> Path:
     """<root>/<stack id>/imported.json: the entries ``kgate cache import`` brought (what makes a cache 'seeded')."""
     return stack_cache(root, stack_id) / "imported.json"
+
+
+def init_work(root: Path, campaign: str) -> Path:
+    """<root>/work/init/<campaign>/: ``kgate init``'s own bare clone of the target and its two worktrees
+    (base and head), where it reads the change, runs the target's helpers and collects the gate."""
+    return Path(root) / "work" / "init" / campaign
 
 
 def report_dir(campaign: str, gpu: str) -> Path:

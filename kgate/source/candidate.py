@@ -3,7 +3,10 @@
 A candidate comes from an overlay folder under kernels/, a git ref of the
 user's clone, or the uncommitted state of a checkout. Its identity is a
 content hash (12 hex digits of sha256): of the overlay's manifest and files,
-or of the diff against the baseline (plus untracked files). The hash is
+or of the diff against the baseline (plus untracked files). A ref or worktree candidate with
+``candidate.diff_paths`` is that part of the diff alone (git pathspecs, the
+untracked files under them), in its identity and in what is applied: the
+rest of a change (its tests, already in the fixture) stays out. The hash is
 computed every time the DAG is built (cheap: reads only), so any edit yields
 a new id and reruns exactly the candidate stages; reading never writes into
 the user's repository.
@@ -36,15 +39,22 @@ def _user_path(value: str) -> Path:
     return p if p.is_absolute() else (paths.PROJECT / p)
 
 
-def _diff_against(path: Path, base: str, tip: str | None) -> tuple[str, list[str]]:
-    """(patch, untracked files) of ``path`` relative to ``base``; tip None = working tree."""
+def _diff_against(path: Path, base: str, tip: str | None, only: list[str] | None = None) -> tuple[str, list[str]]:
+    """(patch, untracked files) of ``path`` relative to ``base``; tip None = working tree; ``only``: the
+    pathspecs the diff is restricted to (``candidate.diff_paths``), None = everything."""
     if git.git("cat-file", "-t", base, cwd=path, check=False).strip() != "commit":
         raise ConfigError(f"key 'candidate': {path} does not contain the baseline commit {base}")
+    spec = ["--", *only] if only else []
     if tip is None:
-        patch = git.git("diff", "--binary", "--no-renames", base, cwd=path)
-        untracked = git.git("ls-files", "--others", "--exclude-standard", cwd=path).split()
+        patch = git.git("diff", "--binary", "--no-renames", base, *spec, cwd=path)
+        untracked = git.git("ls-files", "--others", "--exclude-standard", *spec, cwd=path).splitlines()
         return patch, sorted(untracked)
-    return git.git("diff", "--binary", "--no-renames", base, tip, cwd=path), []
+    return git.git("diff", "--binary", "--no-renames", base, tip, *spec, cwd=path), []
+
+
+def _diff_paths(c: Campaign) -> list[str] | None:
+    """``candidate.diff_paths`` (ref and worktree candidates), None when the whole diff is the candidate."""
+    return c.data["candidate"].get("diff_paths") or None
 
 
 def _baseline_for_diff(c: Campaign) -> str:
@@ -63,11 +73,11 @@ def identity(c: Campaign) -> str:
     h = hashlib.sha256()
     if src.kind == "ref":
         repo = _user_path(c.data["target"]["repo"]["path"])
-        patch, _ = _diff_against(repo, base, src.value)
+        patch, _ = _diff_against(repo, base, src.value, _diff_paths(c))
         h.update(patch.encode())
     else:
         wt = _user_path(src.value)
-        patch, untracked = _diff_against(wt, base, None)
+        patch, untracked = _diff_against(wt, base, None, _diff_paths(c))
         h.update(patch.encode())
         for f in untracked:
             h.update(f.encode() + b"\0" + (wt / f).read_bytes())
@@ -82,11 +92,12 @@ def materialize(c: Campaign, worktree: Path) -> Materialized:
         return Materialized("overlay", src.value, overlay.apply(variant, worktree))
     base = _baseline_for_diff(c)
     if src.kind == "ref":
-        patch, untracked = _diff_against(_user_path(c.data["target"]["repo"]["path"]), base, src.value)
+        patch, untracked = _diff_against(_user_path(c.data["target"]["repo"]["path"]), base, src.value,
+                                         _diff_paths(c))
         origin = None
     else:
         origin = _user_path(src.value)
-        patch, untracked = _diff_against(origin, base, None)
+        patch, untracked = _diff_against(origin, base, None, _diff_paths(c))
     if patch.strip():
         git.git("apply", "--3way", "--whitespace=nowarn", "-", cwd=worktree, input_text=patch)
     for f in untracked:

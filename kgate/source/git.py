@@ -132,14 +132,17 @@ def head(worktree: Path) -> str:
     return git("rev-parse", "HEAD", cwd=worktree).strip()
 
 
-def changed_files(worktree: Path, base: str, tip: str = "HEAD") -> list[dict[str, object]]:
-    """Files changed between two commits, with status and line counts (every file read as text)."""
+def changed_files(worktree: Path, base: str, tip: str | None = "HEAD") -> list[dict[str, object]]:
+    """Files changed between two commits (tip None: between ``base`` and the checkout's tracked files, as they
+    are on disk), with status and line counts, every file read as text. Reads only (``git diff`` of trees, or of
+    a tree and the files)."""
+    tips = [tip] if tip is not None else []
     status = {}
-    for line in git("diff", "--name-status", "--no-renames", base, tip, cwd=worktree).splitlines():
+    for line in git("diff", "--name-status", "--no-renames", base, *tips, cwd=worktree).splitlines():
         st, _, path = line.partition("\t")
         status[path] = st
     out = []
-    for line in git("diff", "--numstat", "--text", "--no-renames", base, tip, cwd=worktree,
+    for line in git("diff", "--numstat", "--text", "--no-renames", base, *tips, cwd=worktree,
                     errors="replace").splitlines():
         added, removed, path = line.split("\t", 2)
         out.append({"path": path, "status": status.get(path, "M"),
