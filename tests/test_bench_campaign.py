@@ -50,9 +50,10 @@ def test_profile_baseline_attributes_the_hypothesis_and_never_stops_on_cpu(ident
         assert row["removed"]["launches_per_call"] == 1.0
         assert "chunk_rwkv6_bwd_kernel_intra" in row["census"] and "chunk_rwkv6_bwd_kernel_inter" in row["census"]
         assert all(t["found"] for t in row["temporaries"]) and row["expected_temporary_bytes"] == 2 * 16 * 16 * 4
-        b = row["bound"]
-        assert b["removed_bytes"] == 2 * 2 * 16 * 16 * 4
-        assert b["best_case_speedup"] == pytest.approx(b["endpoint_ms"] / (b["endpoint_ms"] - b["removable_ms"]))
+        b, removes = row["bound"], row["mechanism"]["removes"]
+        assert removes["removed_bytes"] == 2 * 2 * 16 * 16 * 4 and removes["removed_launches_per_call"] == 1.0
+        assert b["saved_ms"] == pytest.approx(removes["launch_ms"] + removes["traffic_ms"])
+        assert b["best_case_speedup"] == pytest.approx(b["endpoint_ms"] / (b["endpoint_ms"] - b["saved_ms"]))
         assert row["peak_bytes"] > 0 and row["timer"].startswith("Triton interpreter")
     assert data["launch_cost"]["per_launch_us"] > 0 and data["bandwidth"]["bytes_per_s"] > 0
 
@@ -94,7 +95,9 @@ def test_bench_runs_interleaved_rounds_on_identical_inputs(identity) -> None:
     assert all(row["host_ahead"] is None for row in data["rows"])
     g = gates(rec)
     timed = [x for name, x in g.items()
-             if name not in ("peak_memory_drop", "gpu_exclusive", "no_optimized_row_slow", "same_env")]
+             if name not in ("peak_memory_drop", "gpu_exclusive", "no_optimized_row_slow", "same_env", "timed_outputs_match")]
+    # not a timing: the identity's outputs on every round's fresh inputs equal BENCH_BASE's, judged on CPU too
+    assert g["timed_outputs_match"]["status"] == "pass" and g["timed_outputs_match"]["value"].startswith("15/15")
     assert g["same_env"]["status"] == "pass", g["same_env"]
     assert all(x["status"] == "skip" and CPU_NOTE in x["detail"] for x in timed), [x["name"] for x in timed]
     assert g["geomean_speedup"]["interval"] is not None

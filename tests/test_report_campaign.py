@@ -25,7 +25,7 @@ CAMPAIGN = "rwkv6-bwd-fusion"
 #: the one purpose-built plot of each stage that draws one, on a CPU run of the default campaign (their titles):
 #: profile_baseline's best case per row, bench's forest plot, the model's tokens/s per block (profile_candidate's
 #: evidence is its pair table, ncu's its metric table)
-PLOTS = ("Best case per row if the hypothesis' launches and temporaries vanish", "Speedup per row with its interval",
+PLOTS = ("Best case per row if the hypothesis' mechanism works at its physical best", "Speedup per row with its interval",
          "Model: tokens/s per block, per workload and arm")
 
 
