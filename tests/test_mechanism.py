@@ -310,3 +310,15 @@ class TestTheTimedCodeIsTheTestedCode:
 class _NoTelemetry:
     def sample(self) -> None:
         return None
+
+
+def test_the_h200_fixture_run_gates_the_fixtures_own_cases() -> None:
+    """The corrected gate on an H200: the fixture's 16 partial-tile cases are collected beside Liger's 16, and both
+    arms pass all 32 (tests/data/liger/README.md)."""
+    run = DATA / "liger" / "h200_fixture_run"
+    fx, gate = rec(run / "fixture_freeze.json"), rec(run / "candidate_gate.json")
+    only_adds = next(g for g in fx["gates"] if g["name"] == "fixture_only_adds")
+    assert only_adds["status"] == "pass" and only_adds["value"] == "16 -> 32 collected (+16)"
+    passed = {g["name"]: g for g in gate["gates"]}
+    assert passed["gate_tests_pass"]["value"] == "32 passed" and passed["same_test_ids"]["status"] == "pass"
+    assert gate["provenance"]["device"]["name"].startswith("NVIDIA H200")
