@@ -59,7 +59,8 @@ try:
     recorded, dec, resumed, note = bench.run_rounds(pairs, plan, 1, measure.Telemetry(None, True), ctl, ckpt, parts)
 finally:
     pairs.close()
-print(json.dumps({"rounds": len(recorded), "resumed_from": resumed, "note": note,
+print(json.dumps({"rounds": len(recorded), "valid": dec.valid_rounds, "excluded": len(dec.excluded),
+                  "resumed_from": resumed, "note": note,
                   "class": dec.rows["r1:fwd"].classification, "history": pairs.history}))
 '''
 
@@ -100,13 +101,15 @@ def test_a_killed_bench_resumes_at_its_last_round(tmp_path: Path, every: int | N
     assert second.returncode == 0, second.stderr[-2000:]
     out = json.loads(second.stdout.strip().splitlines()[-1])
     assert out["resumed_from"] == k
-    assert out["rounds"] == 5
+    # the cap counts valid rounds: a round screened out as an outlier (timing noise of the 2-core host) is replaced
+    n = out["rounds"]
+    assert out["valid"] == 5 and n == 5 + out["excluded"], out
     assert out["note"] == f"resumed after {k} recorded round(s)"
     after = round_lines(ckpt)
     assert after[:k] == kept, "recorded rounds must be kept byte for byte"
     rounds = [json.loads(x) for x in after]
-    assert [r["index"] for r in rounds] == [0, 1, 2, 3, 4]
-    assert [r["order"] for r in rounds] == ["AB", "BA", "AB", "BA", "AB"]
+    assert [r["index"] for r in rounds] == list(range(n))
+    assert [r["order"] for r in rounds] == ["AB", "BA"] * (n // 2) + ["AB"] * (n % 2)
     pair = [r["pair"] for r in rounds]
     pids = {r["pair"]: tuple(sorted(r["pids"].values())) for r in rounds}
     assert all(len(set(ps)) == 2 for ps in pids.values())
@@ -115,12 +118,12 @@ def test_a_killed_bench_resumes_at_its_last_round(tmp_path: Path, every: int | N
     history = out["history"]
     assert [h["pair"] for h in history] == sorted(set(pair[k:]))
     if every is None:
-        assert pair == [0] * k + [1] * (5 - k) and len(history) == 1
+        assert pair == [0] * k + [1] * (n - k) and len(history) == 1
     else:
         assert all(pair.count(p) <= every for p in set(pair))
-        assert all(h["ready_s"] > 0 for h in history[1:]) and len(history) == len(range(k, 5, every))
+        assert all(h["ready_s"] > 0 for h in history[1:]) and len(history) == len(range(k, n, every))
     third = subprocess.run(args, env=run_env, capture_output=True, text=True, timeout=300)
-    assert json.loads(third.stdout.strip().splitlines()[-1])["resumed_from"] == 5, "a finished bench runs no round"
+    assert json.loads(third.stdout.strip().splitlines()[-1])["resumed_from"] == n, "a finished bench runs no round"
     if every is not None:
         other = subprocess.run(args[:-1] + ["null"], env=run_env, capture_output=True, text=True, timeout=300)
         res = json.loads(other.stdout.strip().splitlines()[-1])
