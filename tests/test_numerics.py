@@ -43,3 +43,41 @@ def test_a_second_instance_of_an_existing_setting_is_new() -> None:
     cand = BASE + '\ndef k3(a, b):\n    return tl.dot(a, b, input_precision="ieee")\n'
     assert numerics.compare(BASE, cand, "k.py") == [
         'k.py:9: dot_precision added (input_precision="ieee", 1 -> 2)']
+
+
+MASKED = '''
+@triton.jit
+def cumsum(s, o, REVERSE: tl.constexpr):
+    m_s = tl.where(o_i[:, None] >= o_i[None, :], 1., 0.)
+    if REVERSE:
+        b_o = tl.dot(tl.trans(m_s), b_s, allow_tf32=False)
+    else:
+        b_o = tl.dot(m_s, b_s, allow_tf32=False)
+    return b_o
+'''
+
+
+def test_a_setting_removed_with_its_call_is_a_note_not_a_relaxation() -> None:
+    """fla's 9406930f: masked FP32 dots replaced by tl.cumsum. The dots and their allow_tf32=False leave together;
+    no dot runs at the TF32 default afterwards."""
+    cand = MASKED.replace("tl.dot(tl.trans(m_s), b_s, allow_tf32=False)", "tl.cumsum(b_s, axis=0, reverse=True)")
+    cand = cand.replace("tl.dot(m_s, b_s, allow_tf32=False)", "tl.cumsum(b_s, axis=0)")
+    found = numerics.diff(MASKED, cand, "cumsum.py")
+    assert found.flagged == ()
+    assert len(found.notes) == 2 and all("removed with its call (2 tl.dot call(s) fewer" in n for n in found.notes)
+    assert numerics.compare(MASKED, cand, "cumsum.py") == []
+
+
+def test_a_call_that_stays_and_loses_its_setting_is_flagged_even_beside_a_removed_one() -> None:
+    """The adversary: drop one dot (its setting leaves with it) and strip allow_tf32=False from the other, which now
+    runs at Triton's TF32 default. One removal is explained by a vanished call, the other is not."""
+    cand = MASKED.replace("tl.dot(tl.trans(m_s), b_s, allow_tf32=False)", "tl.cumsum(b_s, axis=0, reverse=True)")
+    cand = cand.replace("tl.dot(m_s, b_s, allow_tf32=False)", "tl.dot(m_s, b_s)")
+    found = numerics.diff(MASKED, cand, "cumsum.py")
+    assert len(found.flagged) == 2 and all("2 -> 0; 1 of them with their calls" in m for m in found.flagged)
+
+
+def test_a_call_moved_elsewhere_without_its_setting_is_flagged() -> None:
+    """The dot count stays (one removed, a bare one added): the setting did not leave with its call."""
+    cand = MASKED.replace("tl.dot(tl.trans(m_s), b_s, allow_tf32=False)", "tl.dot(tl.trans(m_s), b_s)")
+    assert len(numerics.compare(MASKED, cand, "cumsum.py")) == 2

@@ -154,8 +154,11 @@ def compose(opts: Options, change: Change, trees: Trees) -> Plan:
     for t in additions:
         acc.add("decided", f"fixture: {t.path}: {t.why}")
     for s in sources:
-        for msg in numerics.compare(change.base_text(s), change.head_text(s), s):
+        found = numerics.diff(change.base_text(s), change.head_text(s), s)
+        for msg in found.flagged:
             acc.add("warning", f"{msg}: candidate_build's numeric_flags gate fails on a changed numeric setting")
+        for msg in found.notes:
+            acc.add("decided", f"{msg}: numeric_flags passes it")
 
     data: dict[str, Any] = {"schema": 1, "name": opts.name}
     hyp = _hypothesis(change)

@@ -119,15 +119,20 @@ def _finding_key(f: dict[str, Any], worktree: Path) -> tuple[str, str, str]:
 def numeric_flags_gate(wt: Path, bench_base: str, files: list[dict[str, Any]], evidence: str) -> Gate:
     """kgate's numeric-settings census (kgate.source.numerics) of every changed Python file, BENCH_BASE vs candidate."""
     msgs: list[str] = []
+    notes: list[str] = []
     for f in files:
         if not f["path"].endswith(".py"):
             continue
         before = git.git("show", f"{bench_base}:{f['path']}", cwd=wt) if f["status"] != "A" else ""
         after = (wt / f["path"]).read_text(errors="replace") if (wt / f["path"]).is_file() else ""
-        msgs += numerics.compare(before, after, f["path"])
+        found = numerics.diff(before, after, f["path"])
+        msgs += found.flagged
+        notes += found.notes
+    detail = "; ".join([*msgs[:10], *notes[:10]]) or None
     return Gate("numeric_flags", "no numeric setting (precision, TF32, fast-math, accumulator, tolerance) "
-                "added or removed", f"{len(msgs)} change(s)", "fail" if msgs else "pass", evidence=evidence,
-                detail="; ".join(msgs[:10]) if msgs else None)
+                "added or removed", f"{len(msgs)} change(s)" + (f", {len(notes)} removed with their calls" if notes
+                                                               else ""),
+                "fail" if msgs else "pass", evidence=evidence, detail=detail)
 
 
 def dispatch_coverage_gate(data: dict[str, Any], enabled: tuple[str, ...], fx: dict[str, Any]) -> Gate:
