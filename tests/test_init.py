@@ -479,3 +479,16 @@ def test_the_fla_ops_adapter_on_fla_27967b97(tmp_path: Path) -> None:
     assert op.callable == "fla.ops.rwkv6:chunk_rwkv6" and len(reg.ops) > 10
     assert [r["name"] for r in op.rows] == ["B1_T8192_H96_D128", "B2_T16384_H16_D128", "B4_T2048_H16_D128",
                                             "B4_T4096_H64_D128", "B8_T2048_H32_D256", "B8_T1024_H8_D64"]
+
+
+def test_a_named_gate_replaces_the_covering_tests_and_a_wrong_name_is_one_line(tmp_path: Path) -> None:
+    """--gate: the user's narrower (or wider) gate; a path that is no test file of the base is refused, named."""
+    toy = toy_target(tmp_path)
+    proc = run_init(toy, tmp_path / "bad", "toy-gate", "--gate", "tests/test_scale.py,tests/test_missing.py")
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "kgate: error: --gate: tests/test_missing.py is not a test file of the base commit")
+    proc = run_init(toy, tmp_path / "out", "toy-gate", "--gate", "tests/test_scale.py")
+    assert proc.returncode == 0, proc.stderr
+    # the fixture's new test file joins through its folder (narrowed by python_files), as without --gate
+    assert "gate.tests tests (1 covering file(s): --gate)" in lines(proc, "decided")

@@ -38,6 +38,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dependent-helper", default=None, metavar="PATH|none",
                    help="the target's script that lists the tests depending on changed files (default: a known "
                         "one the target has, e.g. fla's scripts/find_dependent_tests.py; none: find them from imports)")
+    p.add_argument("--gate", default=None, metavar="PATH[,PATH...]",
+                   help="the gate's test files (at the base), instead of the covering tests init finds; frozen "
+                        "paths follow from these (a gate narrower than the dependent tests is the user's choice)")
     p.add_argument("--cpu-select", default=None, metavar="EXPR|all",
                    help="gate.select.cpu, the -k expression of the gate on CPU (all: every test); default: every "
                         "test when a collection of the gate finds few, else a TODO")
@@ -52,6 +55,7 @@ def run_cli(args: argparse.Namespace) -> int:
         raise ConfigError(f"--name: '{args.name}' must be lower case letters, digits and dashes (at most 64)")
     opts = compose.Options(target=args.target, base=args.base, head=args.head, name=args.name, op=args.op,
                            test_edits=args.test_edits, helper=args.dependent_helper, cpu_select=args.cpu_select,
+                           gate=tuple(t for t in args.gate.split(",") if t) if args.gate else None,
                            root=args.root.resolve())
     ch = change_mod.read(opts.target, opts.base, opts.head)
     trees = change_mod.checkout_trees(ch, opts.root, opts.name)

@@ -53,6 +53,8 @@ class Options:
     op: str | None = None
     test_edits: str = "refuse"
     helper: str | None = None
+    #: the gate's test files as the user names them (--gate); None: the covering tests init finds
+    gate: tuple[str, ...] | None = None
     #: gate.select.cpu as the user gives it (``all``: null); None: decided from a collection of the gate
     cpu_select: str | None = None
     root: Path = paths.PROJECT
@@ -135,7 +137,7 @@ def compose(opts: Options, change: Change, trees: Trees) -> Plan:
     conv, helper = _helper(opts, gate_mod.conventions(base_files), trees)
 
     def gate_for(srcs: list[str]) -> gate_mod.Gate:
-        covering, how = _covering(index, base_files, srcs, helper, trees, acc)
+        covering, how = _covering(index, base_files, srcs, helper, trees, acc, opts.gate)
         appended = [t.path for t in additions if split.is_test_module(t.path) and change.status(t.path) == "M"]
         new = [t.path for t in additions if split.is_test_module(t.path) and change.status(t.path) == "A"]
         touched = [e.path for t in additions for e in t.edits]
@@ -214,7 +216,12 @@ def _helper(opts: Options, conv: list[gate_mod.Convention], trees: Trees
 
 
 def _covering(index: PyIndex, base_files: frozenset[str], sources: list[str], helper: str | None, trees: Trees,
-              acc: _Account) -> tuple[list[str], str]:
+              acc: _Account, named: tuple[str, ...] | None = None) -> tuple[list[str], str]:
+    if named is not None:
+        missing = [t for t in named if t not in base_files or split.kind_of(t) != "test"]
+        if missing:
+            raise ConfigError(f"--gate: {', '.join(missing)} is not a test file of the base commit")
+        return list(named), "--gate"
     if helper:
         try:
             found = helper_tests(helper, trees.head, sources)
