@@ -25,6 +25,8 @@ whatever device the run is on. Checked, with the helpers the stages use:
   kinds); ``measure.classes`` (the benchmark's ``class_*`` gates): each class
   is the ``class_key`` value of a gated row, on a GPU only (on CPU those gates
   never decide);
+- ``measure.differentiate: []`` (an op without a backward): ``profile.mode``,
+  ``bench.modes`` and ``ncu.mode`` say ``fwd``;
 - ``reference.callable``: its file exists, and the campaign has a ``measure``
   section (``kgate.measure.reference.load``).
 
@@ -150,8 +152,23 @@ def _row(row: Row, key: str) -> None:
             raise ConfigError(f"{where}: {value} ends at {value[-1]}, not at the row's {TOKENS}={total}")
 
 
+def _forward_only(c: Campaign, spec: MeasureSpec) -> None:
+    """``measure.differentiate: []`` (an op without a backward): no timed or profiled call may be fwdbwd."""
+    if spec.differentiate:
+        return
+    modes = {"profile.mode": spec.profile.get("mode", "fwdbwd"),
+             "bench.modes.gated": (spec.bench.get("modes") or {}).get("gated", "fwdbwd"),
+             "bench.modes.controls": (spec.bench.get("modes") or {}).get("controls", "fwd"),
+             "ncu.mode": (c.data.get("ncu") or {}).get("mode", "fwdbwd") if c.data.get("ncu") else "fwd"}
+    for key, mode in modes.items():
+        if mode == "fwdbwd":
+            raise ConfigError(f"{c.path}: key '{key}': fwdbwd, but measure.differentiate is [] (the op has no "
+                              "backward): set it to fwd")
+
+
 def _measure(c: Campaign, spec: MeasureSpec) -> None:
     """One device kind's rows, row names, endpoint kinds and classes."""
+    _forward_only(c, spec)
     rows_key = "measure.cpu.rows" if spec.cpu else "measure.rows"
     with _named(c, rows_key):
         table = row_table(spec.explicit_rows)

@@ -192,6 +192,12 @@ def speeds_up(d: dict, i: int = 0) -> dict:
     (LIGER, lambda d: d["model"].update(none="no model"),
      "key 'model.none': no other model key may be set with it"),
     (LIGER, lambda d: d["model"].pop("cpu"), "key 'model.cpu' is required"),
+    # an op without a backward times and profiles its forward only
+    (LIGER, lambda d: d["measure"].update(differentiate=[]),
+     "key 'profile.mode': fwdbwd, but measure.differentiate is [] (the op has no backward): set it to fwd"),
+    (LIGER, lambda d: (d["measure"].update(differentiate=[]), d.setdefault("profile", {}).update(mode="fwd"),
+                       d["ncu"].update(mode="fwd")),
+     "key 'bench.modes.gated': fwdbwd, but measure.differentiate is []"),
 ])
 def test_new_static_mistakes_are_refused_naming_the_key(tmp_path: Path, source: Path, mutate, expected: str) -> None:
     msg = refused(write(tmp_path, mutate, source))

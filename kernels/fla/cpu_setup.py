@@ -12,7 +12,11 @@ torch >= 2.4 its device module then rewrites ``device`` to ``'cuda'`` and
 ``setup()`` points both names back at the CPU in every already-imported
 ``fla.utils`` module that defines them (``fla.utils`` plus ``hardware`` in the
 0.6.0 wheels, ``_device`` in the git tree), so later ``from fla.utils import
-device`` sees ``'cpu'``. The ops themselves never read these names.
+device`` sees ``'cpu'``. The ops themselves never read these names, except
+through ``custom_device_ctx(index)``, which fla's ``input_guard`` enters around
+every op: some fla trees (late 2025) define it as
+``device_torch_lib.device(index)``, which ``torch.cpu`` lacks, so where a
+module defines it, it becomes a no-op context (the CPU has one device).
 
 It also sets ``torch.set_num_threads(1)``: the oracle's float64 reference
 works on tiny tensors, and on a loaded 2-core machine PyTorch's OpenMP
@@ -22,9 +26,15 @@ T=128/D=64 reference 0.2 s with 1 thread, 1.3-7.4 s with 2).
 
 from __future__ import annotations
 
+import contextlib
 import sys
 
 import torch
+
+
+def _no_device_ctx(index: object = None) -> contextlib.AbstractContextManager[None]:
+    """The CPU's device context: there is one device, nothing to enter."""
+    return contextlib.nullcontext()
 
 
 def setup() -> dict[str, object]:
@@ -44,6 +54,9 @@ def setup() -> dict[str, object]:
                              "device_torch_lib": getattr(module.device_torch_lib, "__name__", None)}
             module.device = "cpu"
             module.device_torch_lib = torch.cpu
+            if hasattr(module, "custom_device_ctx"):
+                module.custom_device_ctx = _no_device_ctx
+                patched[name]["custom_device_ctx"] = "a no-op context"
     threads_before = torch.get_num_threads()
     torch.set_num_threads(1)
     return {"device_platform": platform, "device": "cpu", "device_torch_lib": "torch.cpu", "before": patched,

@@ -141,6 +141,9 @@ class Calls:
         try:
             out = self.s.fn(*rs.args, **rs.kwargs)
             outs = list(out) if isinstance(out, (tuple, list)) else [out]
+            if mode == "fwdbwd" and not self.s.differentiate:
+                raise ValueError(f"row {rs.name}: mode fwdbwd, but measure.differentiate is [] (the op has no "
+                                 "backward)")
             if mode == "fwdbwd":
                 try:
                     sel = [outs[i] for i in self.s.differentiate]
@@ -172,10 +175,11 @@ class Calls:
         return tensors
 
     def outputs(self, row: str, path: str) -> dict[str, Any]:
-        """One fwdbwd call on the row's inputs; every tensor output and every leaf gradient is saved
-        (CPU copies, ``torch.save``) to ``path`` for kgate's BENCH_BASE comparison. Returns their sha256."""
+        """One fwdbwd call (fwd for an op without a backward: ``measure.differentiate`` empty) on the row's inputs;
+        every tensor output and every leaf gradient is saved (CPU copies, ``torch.save``) to ``path`` for kgate's
+        BENCH_BASE comparison. Returns their sha256."""
         torch = self.s.torch
-        tensors = self._results(self._row(row), "fwdbwd")
+        tensors = self._results(self._row(row), "fwdbwd" if self.s.differentiate else "fwd")
         torch.save({k: v.cpu() for k, v in tensors.items()}, path)
         return {"sha256": {k: tensor_sha(torch, v) for k, v in tensors.items()},
                 "shapes": {k: list(v.shape) for k, v in tensors.items()},
