@@ -237,3 +237,19 @@ def test_under_xdist_a_test_still_running_at_the_timeout_has_no_outcome(tmp_path
     assert len(run.tests) >= 2 and {t["outcome"] for t in run.tests.values()} == {"passed"}
     assert sorted(run.bad_ids) == sorted(set(run.collected) - set(run.tests))
     assert f"{len(run.bad_ids)} not finished" in run.summary()
+
+
+def test_a_src_layout_package_installed_elsewhere_is_refused(tmp_path: Path) -> None:
+    """A target whose package lives under src/ (gate.python_path [src]): the package is checked too. The worktree's
+    src/os.py can never be the os in use (the interpreter imports its own at start-up): the run is an error, where
+    a check of the worktree's root alone would see nothing under test."""
+    root = tree(tmp_path, {"src/os.py": "", "tests/test_a.py": "import os\ndef test_1():\n    pass\n"})
+    run = gate.run(spec(python_path=("src", ".")), root, tmp_path / "out", tmp_path / "cache", tag="t")
+    assert "os" in run.imports
+    with pytest.raises(ProvenanceMismatch, match="'os' was imported from"):
+        gate.check_imports(run, root)
+    ok = tree(tmp_path / "ok", {"src/toy/__init__.py": TOY["toy/__init__.py"],
+                                "tests/test_a.py": "from toy import f\ndef test_1():\n    assert f(1) == 2\n"})
+    run = gate.run(spec(python_path=("src", ".")), ok, tmp_path / "out2", tmp_path / "cache", tag="t")
+    assert run.green and run.imports["toy"].startswith(str((ok / "src" / "toy").resolve()))
+    gate.check_imports(run, ok)

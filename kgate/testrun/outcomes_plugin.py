@@ -115,7 +115,7 @@ class _Recorder:
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         self.state["exitstatus"] = int(exitstatus)
         self.state["finished"] = True
-        self.state["imports"] = _imports(Path.cwd())
+        self.state["imports"] = _imports(*_source_roots(Path.cwd()))
         # at the end: a variable the code under test set while it ran is seen
         self.state["env"] = {k: v for k, v in sorted(os.environ.items())
                              if any(fnmatch.fnmatchcase(k, p) for p in self.env_patterns)}
@@ -158,10 +158,21 @@ def _text(report: Any) -> str:
     return text[-_MAX_MSG:]
 
 
-def _imports(root: Path) -> dict[str, str | None]:
-    """For each top-level package or module present in ``root``: where it was imported from."""
+def _source_roots(root: Path) -> list[Path]:
+    """``root`` and every ``PYTHONPATH`` folder inside it (a target's ``python_path``, e.g. a src layout's ``src``)."""
+    out = [root]
+    top = root.resolve()
+    for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+        p = Path(entry).resolve() if entry else None
+        if p is not None and p.is_dir() and p != top and p.is_relative_to(top) and p not in out:
+            out.append(p)
+    return out
+
+
+def _imports(*roots: Path) -> dict[str, str | None]:
+    """For each top-level package or module present in one of ``roots``: where it was imported from."""
     out: dict[str, str | None] = {}
-    for entry in root.iterdir():
+    for entry in (e for root in roots for e in sorted(root.iterdir())):
         name = entry.stem if entry.suffix == ".py" else entry.name
         if not (entry.is_dir() and (entry / "__init__.py").exists()) and entry.suffix != ".py":
             continue
