@@ -322,3 +322,36 @@ def test_the_h200_fixture_run_gates_the_fixtures_own_cases() -> None:
     passed = {g["name"]: g for g in gate["gates"]}
     assert passed["gate_tests_pass"]["value"] == "32 passed" and passed["same_test_ids"]["status"] == "pass"
     assert gate["provenance"]["device"]["name"].startswith("NVIDIA H200")
+
+
+INDEX_INPUTS = '''\
+import torch
+
+
+def make_inputs(row, *, device, dtype, seed):
+    gen = torch.Generator(device=device).manual_seed(seed)
+    x = torch.randn(row["N"], row["D"], generator=gen, device=device, dtype=dtype).requires_grad_(True)
+    lengths = torch.randint(1, row["D"] + 1, (row["N"],), generator=gen, device=device)
+    return (x, lengths), {}
+'''
+
+INDEX_PACKAGE = '''\
+def op(x, lengths):
+    return x * (x.new_ones(x.shape[-1]).cumsum(0)[None, :] <= lengths[:, None]).to(x.dtype)
+'''
+
+
+def test_fresh_round_inputs_change_values_and_keep_the_rows_structure(tmp_path: Path) -> None:
+    """Before each round floating-point inputs get new values; integer ones (offsets, lengths) keep the row's, so a
+    target's cache keyed on their identity (fla's chunk indices of cu_seqlens) stays valid."""
+    wt, inputs = toy_worktree(tmp_path)
+    (wt / "toyop" / "__init__.py").write_text(INDEX_PACKAGE)
+    inputs.write_text(INDEX_INPUTS)
+    arm = start("base", tmp_path, inputs, wt)
+    try:
+        arm.request("prepare", rows=[dict(ROWS[0])])
+        prints = [arm.request("refresh", rows=["small"], round=r)["small"] for r in (0, 1)]
+    finally:
+        arm.close()
+    assert prints[0]["args[0]"] != prints[1]["args[0]"], "the float input gets new values every round"
+    assert prints[0]["args[1]"] == prints[1]["args[1]"], "the integer input keeps the row's values"

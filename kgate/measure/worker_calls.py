@@ -188,7 +188,10 @@ class Calls:
     def refresh(self, rows: list[str], round: int) -> dict[str, Any]:
         """New input values for a round, written into the row's own tensors (the same storage, so an op that
         caches on pointers and shapes sees new values at old addresses): ``make_inputs`` with the row's seed moved
-        by the round. Returns each row's input fingerprints (equal in both arms: the coordinator checks)."""
+        by the round, for the floating-point tensors only. Integer and bool tensors are the row's structure
+        (sequence offsets, lengths, indices): they keep their values, since a target may cache what it derives
+        from them by tensor identity (fla's ``tensor_cache`` of chunk indices does), which new values in the same
+        tensor would turn stale. Returns each row's input fingerprints (equal in both arms: the coordinator checks)."""
         s, torch = self.s, self.s.torch
         out = {}
         for name in rows:
@@ -204,7 +207,10 @@ class Calls:
                                  f"{sorted(rs.tensors)}")
             with torch.no_grad():
                 for k, t in rs.tensors.items():
-                    t.copy_(fresh[k])
+                    # values change, structure stays: integer and bool tensors (offsets, lengths, indices) keep the
+                    # row's values, which targets legitimately cache derived data for by tensor identity
+                    if t.is_floating_point() or t.is_complex():
+                        t.copy_(fresh[k])
             rs.fingerprints = {k: fingerprint(torch, t) for k, t in rs.tensors.items()}
             if rs.pristine is not None:
                 rs.pristine = {k: t.detach().clone() for k, t in rs.tensors.items()}
