@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from kgate import protocol  # noqa: E402
-from kgate.records import atomic_write_text  # noqa: E402
+from marked_block import replace_block  # noqa: E402
 
 BEGIN, END = "<!-- time-to-verdict:begin -->", "<!-- time-to-verdict:end -->"
 SCHEMA = "kgate.time-to-verdict/1"
@@ -96,16 +96,7 @@ def render(rec: dict[str, Any]) -> list[str]:
 
 
 def write(path: Path, lines: list[str]) -> None:
-    text = path.read_text()
-    src = text.splitlines()
-    try:
-        b = next(i for i, ln in enumerate(src) if ln.strip() == BEGIN)
-        e = next(i for i, ln in enumerate(src) if ln.strip() == END and i > b)
-    except StopIteration:
-        raise SystemExit(f"render_timing: {path} has no {BEGIN} ... {END} block") from None
-    indent = src[b][: len(src[b]) - len(src[b].lstrip())]
-    body = [f"{indent}{ln}" if ln else "" for ln in lines]
-    atomic_write_text(path, "\n".join([*src[: b + 1], *body, *src[e:]]) + ("\n" if text.endswith("\n") else ""))
+    replace_block(path, BEGIN, END, lines, "render_timing")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,99 @@
+#!/usr/bin/env python
+"""The README's replay table from config/replays.yaml and each replayed campaign's committed report.
+
+    python scripts/render_replays.py --gpu h200                     # print the table
+    python scripts/render_replays.py --gpu h200 --write README.md   # replace the marked block
+
+Method: one row per entry of config/replays.yaml (kgate/schemas/replays.schema.yaml), in its order: the
+change (repository, commit, pull request), the authors' claim as quoted there, the campaign's bar
+(``measure.bar`` of config/campaigns/<campaign>.yaml), and from ``reports/<campaign>/<gpu>/verdict.json``
+(kgate.verdict/1) the verdict (``FORCED`` runs say so), the gate and the sentence that decided it, and the
+benchmark's geomean when bench measured one. A campaign without a report on that device says "not run on
+<gpu>". ``--write`` replaces what lies between the ``<!-- replays:begin -->`` and ``<!-- replays:end -->``
+lines of the file; nothing else changes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from kgate import campaign  # noqa: E402
+from marked_block import replace_block  # noqa: E402
+
+BEGIN, END = "<!-- replays:begin -->", "<!-- replays:end -->"
+VERDICT_SCHEMA = "kgate.verdict/1"
+
+
+def load_replays(path: Path) -> list[dict[str, Any]]:
+    data = campaign.load_yaml(path)
+    campaign.validate(data, "replays", str(path))
+    return list(data["replays"])
+
+
+def cell(text: str) -> str:
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def geomean(verdict: dict[str, Any]) -> str | None:
+    """The benchmark's geomean speedup with its interval and status, when bench measured one."""
+    for g in verdict.get("gates", []):
+        if g.get("stage") == "bench" and g.get("name") == "geomean_speedup" and isinstance(g.get("value"), float):
+            iv = g.get("interval") or []
+            span = f" [{iv[0]:.3f}, {iv[1]:.3f}]" if len(iv) == 2 else ""
+            return f"{g['value']:.3f}x{span} ({g.get('status')})"
+    return None
+
+
+def row(entry: dict[str, Any], root: Path, gpu: str) -> str:
+    data = campaign.load_yaml(root / "config" / "campaigns" / f"{entry['campaign']}.yaml")
+    bar = (data.get("measure") or {}).get("bar")
+    pr = f" (#{entry['pull_request']})" if entry.get("pull_request") else ""
+    change = f"{entry['repository']} `{entry['commit'][:8]}`{pr}: {entry['change']}"
+    path = root / "reports" / entry["campaign"] / gpu / "verdict.json"
+    if not path.exists():
+        result, decided = f"not run on {gpu}", "—"
+    else:
+        v = json.loads(path.read_text())
+        if v.get("schema") != VERDICT_SCHEMA:
+            raise SystemExit(f"render_replays: {path}: schema {v.get('schema')!r}, not {VERDICT_SCHEMA}")
+        result = f"**{v['verdict']}**" + (" (forced)" if v.get("forced") else "")
+        by = v.get("decided_by") or {}
+        decided = str(v.get("sentence") or "")
+        if by.get("stage") and not decided.startswith(f"{by['stage']}:"):
+            decided = f"{by['stage']}: {decided}"
+        gm = geomean(v)
+        if gm and "bench" not in decided:
+            decided += f"; bench geomean {gm}"
+    return "| " + " | ".join(cell(c) for c in (f"`{entry['campaign']}`", change, entry["claim"],
+                                                 "—" if bar is None else str(bar), result, decided)) + " |"
+
+
+def table(root: Path, gpu: str) -> list[str]:
+    entries = load_replays(root / "config" / "replays.yaml")
+    return [f"| campaign | change | the authors' claim | bar | {gpu} verdict | what decided it |",
+            "|---|---|---|---|---|---|", *(row(e, root, gpu) for e in entries)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--gpu", default="h200", help="the device class whose reports fill the table")
+    p.add_argument("--write", metavar="FILE", default=None, help="replace the marked block of FILE (e.g. README.md)")
+    p.add_argument("--root", type=Path, default=REPO, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    lines = table(args.root, args.gpu)
+    if args.write:
+        replace_block(Path(args.write), BEGIN, END, lines, "render_replays")
+    else:
+        print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

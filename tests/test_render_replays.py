@@ -1,0 +1,63 @@
+"""scripts/render_replays.py: the README's replay table from config/replays.yaml and the committed reports."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import REPO
+
+sys.path.insert(0, str(REPO / "scripts"))
+
+import render_replays  # noqa: E402
+
+from kgate.errors import ConfigError  # noqa: E402
+
+
+def test_the_shipped_list_names_shipped_campaigns_and_renders() -> None:
+    entries = render_replays.load_replays(REPO / "config" / "replays.yaml")
+    assert entries and all((REPO / "config" / "campaigns" / f"{e['campaign']}.yaml").exists() for e in entries)
+    lines = render_replays.table(REPO, "h200")
+    assert len(lines) == 2 + len(entries)
+
+
+def root_with(tmp_path: Path, campaign: str, entry: dict) -> Path:
+    root = tmp_path / "root"
+    (root / "config" / "campaigns").mkdir(parents=True)
+    shutil.copy(REPO / "config" / "campaigns" / f"{campaign}.yaml", root / "config" / "campaigns")
+    (root / "config" / "replays.yaml").write_text(yaml.safe_dump({"schema": 1, "replays": [entry]}))
+    return root
+
+
+ENTRY = {"campaign": "liger-layer-norm-rows", "repository": "linkedin/Liger-Kernel", "commit": "0123abcd",
+         "change": "row tiles", "claim": "faster | rows"}
+
+
+def test_a_row_holds_the_reports_verdict_and_its_deciding_numbers(tmp_path: Path) -> None:
+    """The committed H200 report of the Liger campaign, read as a replay's would be: verdict, the deciding gate's
+    sentence, the bench geomean with its interval; without a report the row says so."""
+    root = root_with(tmp_path, "liger-layer-norm-rows", ENTRY)
+    missing = render_replays.table(root, "h200")[2]
+    assert "not run on h200" in missing and "faster \\| rows" in missing and "| 1.25 |" in missing
+    (root / "reports" / "liger-layer-norm-rows" / "h200").mkdir(parents=True)
+    shutil.copy(REPO / "reports" / "liger-layer-norm-rows" / "h200" / "verdict.json",
+                root / "reports" / "liger-layer-norm-rows" / "h200")
+    row = render_replays.table(root, "h200")[2]
+    assert "**INCONCLUSIVE**" in row and "| model: dense_tokens_per_s_gain inconclusive: 1.015661" in row
+    assert "bench geomean 1.924x [1.923, 1.926] (pass)" in row
+
+
+def test_write_replaces_only_the_marked_block_and_a_bad_list_is_one_line(tmp_path: Path) -> None:
+    root = root_with(tmp_path, "liger-layer-norm-rows", ENTRY)
+    readme = tmp_path / "README.md"
+    readme.write_text("before\n<!-- replays:begin -->\nold\n<!-- replays:end -->\nafter\n")
+    render_replays.main(["--gpu", "h200", "--root", str(root), "--write", str(readme)])
+    text = readme.read_text()
+    assert text.startswith("before\n<!-- replays:begin -->\n| campaign |") and text.endswith("<!-- replays:end -->\nafter\n")
+    assert "old" not in text
+    bad = root_with(tmp_path / "bad", "liger-layer-norm-rows", {**ENTRY, "claimed": "x"})
+    with pytest.raises(ConfigError, match=r"replays.yaml: key 'replays.0': unknown key\(s\) claimed"):
+        render_replays.table(bad, "h200")
