@@ -87,3 +87,29 @@ def test_the_fla_campaigns_name_a_reference_and_a_missing_file_is_refused(tmp_pa
     with pytest.raises(ConfigError, match=r"rwkv6-bwd-fusion.yaml: key 'reference.callable': file "
                                           r"kernels/rwkv6_bwd_fused/no_such.py does not exist"):
         campaign_checks.load(bad)
+
+
+def test_inputs_are_drawn_again_in_bench_bases_worktree(tmp_path, monkeypatch) -> None:
+    """An input generator that reads the target's files relative to its working directory (kgate init's fla-ops
+    generator loads benchmarks/ops/registry.py) draws the reference's inputs in BENCH_BASE's worktree, as the
+    worker did, whatever the stage process's own directory."""
+    import dataclasses
+
+    from kgate.measure.rows import Row, load_spec
+
+    c = campaign_checks.load("rwkv6-bwd-fusion")
+    gen = tmp_path / "inputs.py"
+    gen.write_text("import torch\nfrom pathlib import Path\n\n"
+                   "def make_inputs(row, *, device, dtype, seed):\n"
+                   "    scale = float(Path('registry.txt').read_text())\n"
+                   "    g = torch.Generator(device=device).manual_seed(seed)\n"
+                   "    return (scale * torch.randn(row['N'], generator=g, device=device),), {}\n")
+    wt = tmp_path / "bench_base"
+    wt.mkdir()
+    (wt / "registry.txt").write_text("3.0\n")
+    spec = dataclasses.replace(load_spec(c, "cpu"), inputs=gen)
+    ev = reference.Evaluator(reference.load(c.data), spec, "cpu", wt)
+    monkeypatch.chdir(tmp_path)  # the stage's directory has no registry.txt
+    (args, _kw) = ev.draw(Row("r", "dense", {"name": "r", "N": 5}), 11)
+    expect = 3.0 * torch.randn(5, generator=torch.Generator().manual_seed(11))
+    assert torch.equal(args[0], expect)

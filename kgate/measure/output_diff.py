@@ -56,7 +56,7 @@ def compare(ctx: Any, wt_base: Path, wt_cand: Path, rows: list[Row], enabled: tu
         prepared = ask_all(arms, "prepare", rows=[row.values for row in rows])
         for row in rows:
             compare_hashes("input", row.name, {a: prepared[a][row.name]["tensors"] for a in prepared})
-        evaluator = reference.Evaluator(ref, spec, _device(arms[0].info)) if ref is not None else None
+        evaluator = reference.Evaluator(ref, spec, _device(arms[0].info), wt_base) if ref is not None else None
         files = {(row.name, a.name): out_dir / f"{row.name}.{a.name}.pt" for row in rows for a in arms}
         for row, got in _pipelined(arms, rows, files):
             results.append(_compare_row(row, got, files, enabled, evaluator, prepared["base"][row.name]["tensors"]))

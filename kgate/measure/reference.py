@@ -2,7 +2,9 @@
 
 Method: for one row of ``dispatch.rows`` (``dispatch.cpu_rows`` on CPU), in the stage's own process, on
 the arms' device: the row's inputs are drawn again with the campaign's ``make_inputs`` and the row's seed,
-exactly as each arm's worker drew them (their sha256 must equal the workers', else it is an error), and
+exactly as each arm's worker drew them, in BENCH_BASE's worktree as the working directory, where its worker
+drew them (an input generator may read the target's files: ``kgate init``'s fla-ops one loads the
+registry); their sha256 must equal the workers', else it is an error; and
 the output gradients again from the row's seed for the outputs ``measure.differentiate`` names, with the
 dtypes and shapes the arms returned (the method of ``kgate.measure.worker_calls.Calls._grads_for``). The
 reference callable (campaign key ``reference.callable``) runs on float64 copies of the floating-point
@@ -26,6 +28,7 @@ input hashes and the ``base_error_max`` check guard.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import runpy
 from dataclasses import dataclass
@@ -88,9 +91,10 @@ class Evaluator:
     """The reference on the rows of one stage: inputs and output gradients drawn again, the reference run
     in float64, each arm's error per tensor (module docstring)."""
 
-    def __init__(self, ref: Reference, spec: MeasureSpec, device: str) -> None:
+    def __init__(self, ref: Reference, spec: MeasureSpec, device: str, inputs_cwd: Path) -> None:
         import torch
 
+        self.inputs_cwd = inputs_cwd
         self.torch = torch
         self.ref = ref
         self.spec = spec
@@ -103,13 +107,18 @@ class Evaluator:
             raise ConfigError(f"key 'reference.callable': {ref.file} defines no function {ref.function}")
         self.fn = fn
 
+    def draw(self, row: Row, seed: int) -> tuple[Any, Any]:
+        """The row's inputs, drawn as BENCH_BASE's worker drew them: same seed, same working directory."""
+        self.torch.manual_seed(seed)
+        with contextlib.chdir(self.inputs_cwd):
+            return self.make_inputs(dict(row.values), device=self.device, dtype=self.dtype, seed=seed)
+
     def errors(self, row: Row, worker_hashes: dict[str, str], arms: dict[str, dict[str, Any]]) -> dict[str, Any]:
         """``{tensor: {"base": error, "cand": error, "floor": unit roundoff}}`` for every tensor both arms
         (``arms``: arm -> {tensor name -> tensor}) and the reference have; ``unjudged`` lists the others."""
         torch = self.torch
         seed = row_seed(self.spec.seed, row.name)
-        torch.manual_seed(seed)
-        args, kwargs = self.make_inputs(dict(row.values), device=self.device, dtype=self.dtype, seed=seed)
+        args, kwargs = self.draw(row, seed)
         hashes: dict[str, str] = {}
         hash_tree(torch, list(args), "args", hashes)
         hash_tree(torch, kwargs, "kwargs", hashes)
