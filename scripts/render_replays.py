@@ -9,7 +9,7 @@ change (repository, commit, pull request), the authors' claim as quoted there, t
 (``measure.bar`` of config/campaigns/<campaign>.yaml), and from ``reports/<campaign>/<gpu>/verdict.json``
 (kgate.verdict/1) the verdict (``FORCED`` runs say so), the gate and the sentence that decided it, and the
 benchmark's geomean when bench measured one. A campaign without a report on that device says "not run on
-<gpu>". ``--write`` replaces what lies between the ``<!-- replays:begin -->`` and ``<!-- replays:end -->``
+<gpu>", with the entry's ``not_run`` reason. ``--write`` replaces what lies between the ``<!-- replays:begin -->`` and ``<!-- replays:end -->``
 lines of the file; nothing else changes.
 """
 
@@ -58,7 +58,7 @@ def row(entry: dict[str, Any], root: Path, gpu: str) -> str:
     change = f"{entry['repository']} `{entry['commit'][:8]}`{pr}: {entry['change']}"
     path = root / "reports" / entry["campaign"] / gpu / "verdict.json"
     if not path.exists():
-        result, decided = f"not run on {gpu}", "—"
+        result, decided = f"not run on {gpu}", entry.get("not_run") or "—"
     else:
         v = json.loads(path.read_text())
         if v.get("schema") != VERDICT_SCHEMA:
