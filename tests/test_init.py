@@ -488,7 +488,11 @@ def test_a_named_gate_replaces_the_covering_tests_and_a_wrong_name_is_one_line(t
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1] == (
         "kgate: error: --gate: tests/test_missing.py is not a test file of the base commit")
-    proc = run_init(toy, tmp_path / "out", "toy-gate", "--gate", "tests/test_scale.py")
+    rel = Toy(Path(os.path.relpath(toy.path, Path.cwd())), toy.base, toy.head)
+    proc = run_init(rel, tmp_path / "out", "toy-gate", "--gate", "tests/test_scale.py")
     assert proc.returncode == 0, proc.stderr
+    # a target given relative to the user's directory is written relative to the kgate checkout, as loaded
+    written = yaml.safe_load((tmp_path / "out" / "config" / "campaigns" / "toy-gate.yaml").read_text())
+    assert written["target"]["repo"]["path"] == os.path.relpath(toy.path.resolve(), REPO.resolve())
     # the fixture's new test file joins through its folder (narrowed by python_files), as without --gate
     assert "gate.tests tests (1 covering file(s): --gate)" in lines(proc, "decided")

@@ -14,6 +14,7 @@ refuses naming its key; everything it decided is a line the user confirms.
 from __future__ import annotations
 
 import fnmatch
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,6 +71,14 @@ class Plan:
     lines: tuple[tuple[str, str], ...]
     kernels_dir: Path
     campaign_file: Path
+
+
+def target_path(given: str, resolved: Path) -> str:
+    """``target.repo.path`` as the user gave it: an absolute path stays absolute; a relative one (to the user's
+    directory) is written relative to the kgate checkout, as the campaign loader reads it (``../fla`` beside it)."""
+    if Path(given).expanduser().is_absolute():
+        return str(resolved)
+    return os.path.relpath(resolved, paths.PROJECT.resolve())
 
 
 def kgate_relative(path: Path) -> str:
@@ -170,7 +179,7 @@ def compose(opts: Options, change: Change, trees: Trees) -> Plan:
     data["notes"] = [f"Written by kgate init from {change.target}, base {change.base}, head {change.head}: "
                      f"{len(change.files)} changed file(s), {len(fixture_edits)} fixture edit(s), "
                      f"{len(sources)} candidate file(s)."]
-    data["target"] = {"repo": {"path": str(change.target), "baseline": change.base}}
+    data["target"] = {"repo": {"path": target_path(opts.target, change.target), "baseline": change.base}}
     if index.import_roots != (".",):
         data["target"]["python_path"] = list(index.import_roots)
         acc.add("decided", f"target.python_path {list(index.import_roots)} (the changed packages' import root)")
