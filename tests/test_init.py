@@ -214,13 +214,16 @@ class Toy:
     head: str = "faster"
 
 
-def toy_target(root: Path, *, registry: bool = True, test_change: dict[str, str] | None = None) -> Toy:
-    """The toy clone. ``test_change`` replaces the test-only commit's files (to build changes that edit tests)."""
+def toy_target(root: Path, *, registry: bool = True, test_change: dict[str, str] | None = None,
+               extra: dict[str, str] | None = None) -> Toy:
+    """The toy clone. ``test_change`` replaces the test-only commit's files (to build changes that edit tests);
+    ``extra`` adds files to the base commit."""
     clone = root / "toy"
     write(clone, {"toyops/__init__.py": 'from toyops.scale import scale\n\n__all__ = ["scale"]\n',
                   "toyops/naive.py": "def scale_ref(x, alpha):\n    return x * alpha\n",
                   "toyops/scale.py": SCALE, "tests/conftest.py": CONFTEST, "tests/test_scale.py": TESTS,
-                  "README.md": "toy ops\n", **({"benchmarks/ops/registry.py": REGISTRY} if registry else {})})
+                  "README.md": "toy ops\n", **({"benchmarks/ops/registry.py": REGISTRY} if registry else {}),
+                  **(extra or {})})
     git(clone, "init", "-q", "-b", "main")
     git(clone, "add", "-A")
     git(clone, "commit", "-qm", "toy ops")
@@ -496,3 +499,17 @@ def test_a_named_gate_replaces_the_covering_tests_and_a_wrong_name_is_one_line(t
     assert written["target"]["repo"]["path"] == os.path.relpath(toy.path.resolve(), REPO.resolve())
     # the fixture's new test file joins through its folder (narrowed by python_files), as without --gate
     assert "gate.tests tests (1 covering file(s): --gate)" in lines(proc, "decided")
+
+
+def test_a_targets_addopts_for_a_missing_plugin_are_dropped_from_the_gate_and_said(tmp_path: Path) -> None:
+    """Liger-Kernel's pytest addopts name pytest-cov's options: where the plugin is missing pytest stops with a
+    usage error (exit 4). init collects again without the target's addopts and, when that works, writes it."""
+    toy = toy_target(tmp_path, extra={"pytest.ini": "[pytest]\naddopts = --toy-coverage-report=term\n"})
+    proc = run_init(toy, tmp_path / "out", "toy-addopts", "--gate", "tests/test_scale.py")
+    assert proc.returncode == 0, proc.stderr
+    decided = lines(proc, "decided")
+    assert any(d.startswith("gate.pytest_args -o addopts=: the target's pytest addopts fail here") and
+               "unrecognized arguments: --toy-coverage-report=term" in d for d in decided), decided
+    assert any(d.startswith("gate.select.cpu null: all 6 collected") for d in decided), decided
+    written = yaml.safe_load((tmp_path / "out" / "config" / "campaigns" / "toy-addopts.yaml").read_text())
+    assert written["gate"]["pytest_args"][-2:] == ["-o", "addopts="]

@@ -34,6 +34,8 @@ from kgate.testrun.dependents import helper_tests
 
 #: what --test-edits accepts: refuse (default), fixture (freeze the edited tests at BENCH_BASE), omit (leave them out)
 TEST_EDITS = ("refuse", "fixture", "omit")
+#: pytest arguments that drop the target's addopts (options of plugins the gate's environment does not have)
+NO_ADDOPTS = ("-o", "addopts=")
 _TRAILER = re.compile(r"^[A-Za-z-]+-by:|^Signed-off-by:|^Change-Id:")
 _CALLABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -437,9 +439,20 @@ def _cpu_selection(opts: Options, trees: Trees, data: dict[str, Any], acc: _Acco
     if not isinstance(g["tests"], list):
         g["select"]["cpu"] = todo("a -k expression of tiny cases that fit the interpreter (or null for all)")
         return
-    got = gate_mod.collect(trees.head, opts.root / "work" / "init" / opts.name / "collect", tuple(g["tests"]),
-                           tuple(g.get("pytest_args", [])), tuple(data["target"].get("python_path", ["."])),
-                           g.get("cpu_setup"), tuple(g.get("forbid_env", [])))
+    def collect(args: list[str], tag: str) -> gate_mod.Collected:
+        return gate_mod.collect(trees.head, opts.root / "work" / "init" / opts.name / tag, tuple(g["tests"]),
+                                tuple(args), tuple(data["target"].get("python_path", ["."])), g.get("cpu_setup"),
+                                tuple(g.get("forbid_env", [])))
+
+    got = collect(list(g.get("pytest_args", [])), "collect")
+    if got.usage_error:
+        # the target's pytest configuration (addopts) names a plugin's options that this environment lacks
+        retry = collect([*g.get("pytest_args", []), *NO_ADDOPTS], "collect-no-addopts")
+        if retry.problem is None:
+            g["pytest_args"] = [*g.get("pytest_args", []), *NO_ADDOPTS]
+            acc.add("decided", f"gate.pytest_args {' '.join(NO_ADDOPTS)}: the target's pytest addopts fail here "
+                               f"({got.usage_error}); the gate runs without them, the same in every arm")
+            got = retry
     if got.problem is None and 0 < len(got.ids) <= gate_mod.CPU_ALL_MAX:
         acc.add("decided", f"gate.select.cpu null: all {len(got.ids)} collected test(s) run under the interpreter "
                            "(a count, not a cost: narrow it if they are slow)")

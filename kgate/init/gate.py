@@ -151,6 +151,16 @@ class Collected:
 
     ids: tuple[str, ...]
     problem: str | None
+    #: pytest's usage error, when the target's own configuration names options nothing here defines
+    usage_error: str | None = None
+
+
+def _usage_error(log: Path) -> str | None:
+    """pytest's ``unrecognized arguments`` line in a gate log (a plugin's options this environment lacks)."""
+    if not log.exists():
+        return None
+    return next((ln.split("error: ", 1)[-1].strip() for ln in log.read_text(errors="replace").splitlines()
+                 if "unrecognized arguments:" in ln), None)
 
 
 def collect(worktree: Path, out_dir: Path, tests: tuple[str, ...], pytest_args: tuple[str, ...],
@@ -165,12 +175,13 @@ def collect(worktree: Path, out_dir: Path, tests: tuple[str, ...], pytest_args: 
     try:
         run = runner.run(spec, worktree, out_dir, out_dir / "triton-cache", tag="collect")
     except KgateError as exc:
-        return Collected((), str(exc))
+        return Collected((), str(exc), _usage_error(out_dir / "collect.pytest.log"))
     if run.collect_errors:
         first = run.collect_errors[0]
         where = first.get("nodeid", first) if isinstance(first, dict) else first
         return Collected(tuple(run.collected), f"{len(run.collect_errors)} collection error(s), first in {where} "
                                                f"(see {run.log})")
     if run.exit_code not in (0, 5):
-        return Collected(tuple(run.collected), f"pytest exited {run.exit_code} (see {run.log})")
+        return Collected(tuple(run.collected), f"pytest exited {run.exit_code} (see {run.log})",
+                         _usage_error(Path(run.log)) if run.log else None)
     return Collected(tuple(run.collected), None)
