@@ -4,13 +4,13 @@
     python scripts/render_replays.py --gpu h200                     # print the table
     python scripts/render_replays.py --gpu h200 --write README.md   # replace the marked block
 
-Method: one row per entry of config/replays.yaml (kgate/schemas/replays.schema.yaml), in its order: the
-change (repository, commit, pull request), the authors' claim as quoted there, the campaign's bar
-(``measure.bar`` of config/campaigns/<campaign>.yaml), and from ``reports/<campaign>/<gpu>/verdict.json``
-(kgate.verdict/1) the verdict (``FORCED`` runs say so), the gate and the sentence that decided it, and the
-benchmark's geomean when bench measured one. A campaign without a report on that device says "not run on
-<gpu>", with the entry's ``not_run`` reason. ``--write`` replaces what lies between the ``<!-- replays:begin -->`` and ``<!-- replays:end -->``
-lines of the file; nothing else changes.
+Method: one row per entry of config/replays.yaml (kgate/schemas/replays.schema.yaml), in its order: the change
+(repository, commit, pull request), the authors' claim as quoted there, the campaign's bar (``measure.bar`` of
+config/campaigns/<campaign>.yaml), and from ``reports/<campaign>/<gpu>/verdict.json`` (kgate.verdict/1) the
+verdict (``FORCED`` runs say so), the gate and the sentence that decided it, and the benchmark's geomean when
+bench measured one. A campaign without a report on that device says "not run on <gpu>", with the entry's
+``not_run`` reason. ``--write`` replaces what lies between the ``<!-- replays:begin -->`` and ``<!--
+replays:end -->`` lines of the file; nothing else changes.
 """
 
 from __future__ import annotations
@@ -24,8 +24,9 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from kgate import campaign  # noqa: E402
 from marked_block import replace_block  # noqa: E402
+
+from kgate import campaign  # noqa: E402
 
 BEGIN, END = "<!-- replays:begin -->", "<!-- replays:end -->"
 VERDICT_SCHEMA = "kgate.verdict/1"

@@ -24,8 +24,9 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from kgate import protocol  # noqa: E402
 from marked_block import replace_block  # noqa: E402
+
+from kgate import protocol  # noqa: E402
 
 BEGIN, END = "<!-- time-to-verdict:begin -->", "<!-- time-to-verdict:end -->"
 SCHEMA = "kgate.time-to-verdict/1"

@@ -1,11 +1,12 @@
-"""Inputs of ``fla.ops.utils.cumsum.chunk_local_cumsum`` on vector gates, for kgate's timed stages (campaign data).
+"""Inputs of ``fla.ops.utils.cumsum.chunk_local_cumsum`` on vector gates, for kgate's timed stages (campaign
+data).
 
-``make_inputs(row, *, device, dtype, seed)`` returns ``(args, kwargs)`` for
-``chunk_local_cumsum(g, chunk_size, reverse=..., cu_seqlens=..., output_dtype=torch.float)``: ``g`` is
-``[B, T, H, K]`` (``[1, T, H, K]`` packed when the row gives ``N`` sequences), drawn as gated linear attention's
-log-decay gates are (``logsigmoid`` of standard normals, all negative), in ``dtype`` when the row's ``IB``
-(input bytes per value) is 2, in ``float32`` when it is 4 (the fp32 gate gradients of GLA's and KDA's backward). ``reverse`` is the row's
-``rev`` (0/1): the forward pass uses ``reverse=False``, the backward's gate gradients ``reverse=True``.
+``make_inputs(row, *, device, dtype, seed)`` returns ``(args, kwargs)`` for ``chunk_local_cumsum(g,
+chunk_size, reverse=..., cu_seqlens=..., output_dtype=torch.float)``: ``g`` is ``[B, T, H, K]`` (``[1, T, H,
+K]`` packed when the row gives ``N`` sequences), drawn as gated linear attention's log-decay gates are
+(``logsigmoid`` of standard normals, all negative), in ``dtype`` when the row's ``IB`` (input bytes per value)
+is 2, in ``float32`` when it is 4 (the fp32 gate gradients of GLA's and KDA's backward). ``reverse`` is the
+row's ``rev`` (0/1): the forward pass uses ``reverse=False``, the backward's gate gradients ``reverse=True``.
 Varlen rows split ``T`` into ``N`` sequences of pseudo-random lengths from the same generator. No gradients:
 the op has no backward of its own (the campaign times it in ``fwd`` mode). Values come from a generator on
 ``device`` seeded with ``seed``, so both arms draw bit-identical inputs (kgate hashes them).
