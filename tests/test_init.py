@@ -366,6 +366,13 @@ class TestKernels:
         launch = SCALE.replace("_scale_fwd_kernel[(triton.cdiv(n, BLOCK),)](x, y, alpha, n, BLOCK=BLOCK)",
                                "_scale_fwd_kernel[(triton.cdiv(n, 128),)](x, y, alpha, n, BLOCK=128)")
         assert _kernels(tmp_path / "a", SCALE, launch).changed == {"_scale_fwd_kernel": "its launch in forward changed"}
+        # fla's 231e3d4e: a block size set in the host function, passed through an unchanged launch call
+        local = SCALE.replace("        n = x.numel()\n        _scale_fwd_kernel[(triton.cdiv(n, BLOCK),)](x, y, alpha, n, "
+                              "BLOCK=BLOCK)", "        n = x.numel()\n        blk = min(64, n)\n        _scale_fwd_kernel"
+                              "[(triton.cdiv(n, blk),)](x, y, alpha, n, BLOCK=blk)")
+        assert local != SCALE
+        got = _kernels(tmp_path / "d", local, local.replace("blk = min(64, n)", "blk = min(32, n)"))
+        assert got.changed == {"_scale_fwd_kernel": "it is launched from forward, whose code changed"}
         reads = SCALE.replace("BLOCK = 64\n", "BLOCK = 64\nALPHA = 1.0\n").replace(
             "    tl.store(dx_ptr + offs, dy * alpha, mask=mask)", "    tl.store(dx_ptr + offs, dy * alpha * ALPHA, mask=mask)")
         got = _kernels(tmp_path / "b", reads, reads.replace("ALPHA = 1.0", "ALPHA = 0.5"))

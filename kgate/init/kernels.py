@@ -210,9 +210,14 @@ def infer(change: Change, sources: list[str], head_index: PyIndex | None = None)
             files.setdefault(k, path)
         for name, launches in h.launched_in.items():
             before = b.launched_in.get(name, {})
+            host_changed = name in b.host and _shape(b.host[name]) != _shape(h.host[name])
             for k in sorted(set(launches) & set(h.jit)):
                 if k in before and before[k] != launches[k]:
                     changed.setdefault(k, f"its launch in {name} changed")
+                    files.setdefault(k, path)
+                elif k in before and host_changed:
+                    # the launch call reads the same names, whose values the host function now sets otherwise
+                    changed.setdefault(k, f"it is launched from {name}, whose code changed")
                     files.setdefault(k, path)
     for name in set(base_k) & set(head_k):
         if base_k[name][0] != head_k[name][0]:
