@@ -138,12 +138,11 @@ class Calls:
 
     def _call_op(self, rs: RowState, mode: str) -> list[Any]:
         torch = self.s.torch
+        if mode == "fwdbwd" and not self.s.differentiate:
+            raise ValueError(f"row {rs.name}: mode fwdbwd, but measure.differentiate is [] (the op has no backward)")
         try:
             out = self.s.fn(*rs.args, **rs.kwargs)
             outs = list(out) if isinstance(out, (tuple, list)) else [out]
-            if mode == "fwdbwd" and not self.s.differentiate:
-                raise ValueError(f"row {rs.name}: mode fwdbwd, but measure.differentiate is [] (the op has no "
-                                 "backward)")
             if mode == "fwdbwd":
                 try:
                     sel = [outs[i] for i in self.s.differentiate]
