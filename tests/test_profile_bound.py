@@ -236,6 +236,58 @@ class TestResources:
         gates = {g.name: g for g in candidate_gates(SPEC, self.rows(), res, "fwdbwd", 0.05, 0.5, "e")}
         assert gates["compile_resources"].status == "stop"
 
+    def test_spill_ratio_against_a_baseline_that_spills(self) -> None:
+        """profile.spill_ratio_max: a candidate spilling 12 words passes at 1 x a baseline spilling 12, stops at
+        1 x a baseline spilling 6 and at 0; each problem names the variant's settings and the rows it ran on."""
+        def res(base_spills: int) -> dict:
+            base = [self.variant(INTRA, 128, 4, base_spills), self.variant(INTER, 255, 4)]
+            return {"base": {"launched_by_row": {f"{ROW.name}:fwdbwd": base}},
+                    "cand": {"launched_by_row": {f"{ROW.name}:fwdbwd": [self.variant(FUSED, 200, 4, 12)]}}}
+        assert class_resources(SPEC, self.rows(), res(12), "fwdbwd", 0.5, 1.0)[0]["problems"] == []
+        got = class_resources(SPEC, self.rows(), res(6), "fwdbwd", 0.5, 1.0)[0]
+        assert got["baseline_spills"] == 6 and len(got["problems"]) == 1
+        assert f"{FUSED} 12 x 32-bit" in got["problems"][0] and f"launched on {ROW.name}" in got["problems"][0]
+        assert "spill 6, limit 1 x" in got["problems"][0]
+        assert class_resources(SPEC, self.rows(), res(12), "fwdbwd", 0.5)[0]["problems"]
+        gates = {g.name: g for g in candidate_gates(SPEC, self.rows(), res(12), "fwdbwd", 0.05, 0.5, "e", 1.0)}
+        assert gates["compile_resources"].status == "pass"
+        assert "spills <= 1 x the baseline's" in gates["compile_resources"].threshold
+
+    def test_real_h200_in_place_candidate_spilling_in_its_autotune_pick(self) -> None:
+        """The fla 9406930 replay on an H200 (tests/data/records/h200_cumsum_forced_bench): the candidate's
+        BS-32 variant, the autotuner's pick on the two reverse FP32 rows, spills 2 words where the baseline's
+        spill none. Recomputed from the record: the stop names that variant and exactly those rows; the value
+        says which class; a baseline spilling as much with spill_ratio_max 1 would pass."""
+        import json
+
+        rec = json.loads((Path(__file__).parent / "data" / "records" / "h200_cumsum_forced_bench"
+                          / "profile_candidate.json").read_text())
+        spec = measure.load_spec(campaign.load("fla-cumsum-vector-9406930"), "h200")
+        data = rec["data"]
+        got = class_resources(spec, data["rows"], data["resources"], data["mode"], 0.5)
+        spilling = {k for k, v in data["resources"]["cand"]["compiled_by_row"].items()
+                    for x in v if x["n_spills"]}
+        assert spilling == {"B8_T4096_H16_K128_rev_fp32:fwd", "B2_T4096_H8_K256_rev_fp32:fwd"}
+        # one variant per row (specialised on K): one problem each, naming its row
+        problems = got[0]["problems"]
+        assert len(got) == 1 and len(problems) == 2, problems
+        for problem, row in zip(problems, ("B8_T4096_H16_K128_rev_fp32", "B2_T4096_H8_K256_rev_fp32"), strict=True):
+            assert "2 x 32-bit local memory per thread" in problem and "num_warps 2" in problem
+            assert f"launched on {row}; limit 0" in problem
+        # the record's own gate stopped on the same variant, with the old wording
+        gate = next(g for g in rec["gates"] if g["name"] == "compile_resources")
+        assert gate["status"] == "stop" and "2 spills" in gate["detail"]
+        gates = {g.name: g for g in candidate_gates(spec, data["rows"], data["resources"], data["mode"], 0.05, 0.5, "e")}
+        assert gates["compile_resources"].status == "stop"
+        assert gates["compile_resources"].value.startswith("1 of 1 enabled class(es): class=every row: spills:")
+        resources = json.loads(json.dumps(data["resources"]))
+        base = resources["base"]
+        for v in [*base["variants"], *(x for key in ("compiled_by_row", "launched_by_row")
+                                       for vs in base[key].values() for x in vs)]:
+            v["n_spills"] = 2
+        assert class_resources(spec, data["rows"], resources, data["mode"], 0.5, 0.5)[0]["problems"]
+        assert class_resources(spec, data["rows"], resources, data["mode"], 0.5, 1.0)[0]["problems"] == []
+
     def test_an_optimized_class_without_a_compiled_replacement_stops(self) -> None:
         got = class_resources(SPEC, self.rows(), self.resources([]), "fwdbwd", 0.5)
         assert "no compiled variant" in got[0]["problems"][0]

@@ -28,6 +28,7 @@ from kgate.errors import FormatVersionError, IncompleteData
 from kgate.records import STAGE_SCHEMA, VERDICT_SCHEMA, first_provenance
 from kgate.report.format import STATUS_LABELS, clean, format_interval, format_value, is_number, truncate
 from kgate.report.links import Links
+from kgate.report.timing import time_to_verdict
 
 VERDICTS = ("GO", "NO-GO", "STOPPED", "INCONCLUSIVE", "SMOKE")
 # gate and stage statuses, most severe first; `not_run` only appears in verdict["stages"]
@@ -120,6 +121,8 @@ class Model:
     epochs: list[dict[str, Any]] = field(default_factory=list)
     # one sentence under the verdict word: what decided it (the full sentence and formula fold below)
     reason: str = ""
+    # the time to verdict from the shown stages' records (kgate.report.timing), "" when none states it
+    time_line: str = ""
 
 
 def build_model(
@@ -223,7 +226,13 @@ def build_model(
         devices=devices,
         reason=_reason(decisive, clean(verdict.get("sentence") or ""), bool(verdict.get("forced")),
                        verdict.get("would_be")),
+        time_line=_time_line(stages),
     )
+
+
+def _time_line(stages: Sequence[Stage]) -> str:
+    timing = time_to_verdict([s.record for s in stages if s.record is not None])
+    return clean(timing.line()) if timing is not None else ""
 
 
 def _device_line(device: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> str:

@@ -51,6 +51,8 @@ def render_summary(model: Model) -> str:
     lines += ["", "| commit | SHA | from |", "|---|---|---|"]
     for label, sha, source in model.shas:
         lines.append(f"| {label} | {md_code(sha) if sha else '—'} | {md_escape(source)} |")
+    if model.time_line:
+        lines += ["", f"Time to verdict: {md_escape(model.time_line)}"]
     if model.jobs:
         lines += ["", "Jobs: " + " · ".join(f"{md_escape(stage)}: {md_escape(job)}" for stage, job in model.jobs)]
     if model.devices is not None:

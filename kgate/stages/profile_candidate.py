@@ -26,7 +26,8 @@ optimized row): registers, spills, shared memory and an occupancy estimate of
 every compiled variant of the replacement kernels the class's rows launched
 (``kernel.n_regs``, ``kernel.n_spills``, ``kernel.metadata.shared``), against
 the baseline's replaced kernels of the same class. STOP when an enabled class
-fails to run or compile, spills, or its occupancy drops below
+fails to run or compile, spills more than ``profile.spill_ratio_max`` x the
+baseline's (0, the default: any spill), or its occupancy drops below
 ``profile.occupancy_min_ratio`` of the baseline's; STOP when the geomean of the
 implied endpoint speedups is below the bar. On CPU the compile report is
 unavailable (the interpreter compiles nothing) and the timed gate is ``skip``;
@@ -130,10 +131,31 @@ def group(r: dict[str, Any]) -> Any:
     return r.get("dispatch") or "every row"
 
 
+def _variants(resources: dict[str, Any], arm: str, rows: list[str], rx: Any, mode: str,
+              launched_on: dict[tuple[str, str], list[str]]) -> list[dict[str, Any]]:
+    """The arm's distinct variants of kernels matching ``rx`` on ``rows``; ``launched_on`` gets each one's rows."""
+    res = resources.get(arm) or {}
+    table = res.get("launched_by_row") or res.get("compiled_by_row") or {}
+    seen: dict[tuple[str, str], dict[str, Any]] = {}
+    for name in rows:
+        for v in table.get(f"{name}:{mode}", []):
+            if rx is not None and rx.search(v["kernel"]):
+                seen[(v["kernel"], v["key"])] = v
+                on = launched_on.setdefault((arm, v["key"]), [])
+                if name not in on:
+                    on.append(name)
+    return list(seen.values())
+
+
 def class_resources(spec: MeasureSpec, rows: list[dict[str, Any]], resources: dict[str, Any], mode: str,
-                    min_ratio: float) -> list[dict[str, Any]]:
+                    min_ratio: float, spill_ratio: float = 0.0) -> list[dict[str, Any]]:
     """Per enabled class: the replacement variants' registers, spills, shared memory and occupancy,
-    against the baseline's replaced kernels of the same class."""
+    against the baseline's replaced kernels of the same class.
+
+    Spills are Triton's ``n_spills`` (the kernel's local memory per thread in 32-bit words): a problem
+    when the class's most-spilling candidate variant spills more than ``spill_ratio`` x the baseline's
+    most-spilling replaced variant (0: any spill). Each problem names the variant's launch settings and
+    the rows that launched it."""
     out = []
     enabled = sorted({group(r) for r in rows if r["path"] == "optimized"}, key=str)
     # the candidate's kernels: its named replacement, else (an in-place change) the same names as the baseline's
@@ -142,25 +164,25 @@ def class_resources(spec: MeasureSpec, rows: list[dict[str, Any]], resources: di
         names = [r["row"] for r in rows if group(r) == klass]
         opt = [r["row"] for r in rows if group(r) == klass and r["path"] == "optimized"]
 
-        def variants(arm: str, rows_: list[str], rx: Any) -> list[dict[str, Any]]:
-            res = resources.get(arm) or {}
-            table = res.get("launched_by_row") or res.get("compiled_by_row") or {}
-            seen: dict[tuple[str, str], dict[str, Any]] = {}
-            for name in rows_:
-                for v in table.get(f"{name}:{mode}", []):
-                    if rx is not None and rx.search(v["kernel"]):
-                        seen[(v["kernel"], v["key"])] = v
-            return list(seen.values())
-
-        cand_v = variants("cand", opt, rep)
-        base_v = variants("base", names, spec.replaced_rx)
+        launched_on: dict[tuple[str, str], list[str]] = {}
+        cand_v = _variants(resources, "cand", opt, rep, mode, launched_on)
+        base_v = _variants(resources, "base", names, spec.replaced_rx, mode, launched_on)
         problems = []
         if not cand_v:
             problems.append(f"no compiled variant of /{rep.pattern}/ ran on rows {', '.join(opt)}")
         errors = [f"{v['kernel']}: {v['error']}" for v in cand_v if v.get("error")]
         problems += [f"does not load: {e}" for e in errors]
-        spills = [f"{v['kernel']} ({v['n_spills']} spills)" for v in cand_v if v.get("n_spills")]
-        problems += [f"spills: {s}" for s in spills]
+        base_spills = max((int(v.get("n_spills") or 0) for v in base_v), default=0)
+        allowed = spill_ratio * base_spills
+        for v in cand_v:
+            n = int(v.get("n_spills") or 0)
+            if n and n > allowed:
+                limit = (f"the baseline's replaced variants spill {base_spills}, limit {spill_ratio:g} x"
+                         if spill_ratio else "limit 0")
+                problems.append(
+                    f"spills: {v['kernel']} {n} x 32-bit local memory per thread ({v.get('n_regs')} registers, "
+                    f"num_warps {v.get('num_warps')}, num_stages {v.get('num_stages')}; launched on "
+                    f"{', '.join(launched_on.get(('cand', v['key']), [])) or 'no recorded row'}; {limit})")
         occ_c = [v["occupancy"]["fraction"] for v in cand_v
                  if (v.get("occupancy") or {}).get("fraction") is not None]
         occ_b = [v["occupancy"]["fraction"] for v in base_v
@@ -174,7 +196,7 @@ def class_resources(spec: MeasureSpec, rows: list[dict[str, Any]], resources: di
         elif cand_v:
             problems.append("occupancy could not be estimated (device limits or kernel metadata missing)")
         out.append({"class": klass, "rows": opt, "candidate_variants": cand_v, "baseline_variants": base_v,
-                    "occupancy_ratio": ratio, "problems": problems})
+                    "occupancy_ratio": ratio, "baseline_spills": base_spills, "problems": problems})
     return out
 
 
@@ -211,6 +233,7 @@ def run(ctx: Context) -> StageResult:
     mode = spec.profile.get("mode", "fwdbwd")
     tol = float(spec.profile.get("memory_tolerance", 0.05))
     min_ratio = float(spec.profile.get("occupancy_min_ratio", 0.5))
+    spill_ratio = float(spec.profile.get("spill_ratio_max", 0))
     evidence = str(paths.record(c.name, gpu, "profile_candidate", cid))
     deadline = measure.Deadline(ctx.deadline_s(PROFILE_SHARE))
     try:
@@ -275,13 +298,14 @@ def run(ctx: Context) -> StageResult:
     else:
         gates.append(Gate("candidate_runs", RUNS, f"{len(rows)} rows", "pass",
                           evidence=str(cand.log)))
-        gates += candidate_gates(spec, table, resources, mode, tol, min_ratio, evidence)
+        gates += candidate_gates(spec, table, resources, mode, tol, min_ratio, evidence, spill_ratio)
     data = {
         "measured": True, "cpu": spec.cpu, "timings_meaningful": not spec.cpu, "mode": mode, "bar": spec.bar,
         "candidate": cid, "candidate_sha": build["data"]["candidate_sha"], "bench_base": fx["data"]["bench_base"],
         "device": device, "rows": table, "failure": failure, "memory_tolerance": tol,
         "hidden_kernels": hidden_kernels(spec, table) if table else [],
-        "resources": resources, "classes": class_resources(spec, table, resources, mode, min_ratio) if table else [],
+        "resources": resources,
+        "classes": class_resources(spec, table, resources, mode, min_ratio, spill_ratio) if table else [],
         "workers": {a.name: a.info for a in arms},
         "autotune": {k: {"tuners": [t for t in v["tuners"] if t["picks"]], "row_picks": v["row_picks"]}
                      for k, v in autotune.items()},
@@ -292,7 +316,7 @@ def run(ctx: Context) -> StageResult:
 
 
 def candidate_gates(spec: MeasureSpec, table: list[dict[str, Any]], resources: dict[str, Any], mode: str, tol: float,
-                    min_ratio: float, evidence: str) -> list[Gate]:
+                    min_ratio: float, evidence: str, spill_ratio: float = 0.0) -> list[Gate]:
     """The gates of a candidate that ran every row (pure given the measurements)."""
     gates = []
     hidden = hidden_kernels(spec, table)
@@ -318,11 +342,17 @@ def candidate_gates(spec: MeasureSpec, table: list[dict[str, Any]], resources: d
         gates.append(Gate("compile_resources", "enabled classes compile without spills or occupancy collapse",
                           "unavailable", "skip", evidence=evidence, detail=f"unavailable: {reason}"))
     else:
-        classes = class_resources(spec, table, resources, mode, min_ratio)
+        classes = class_resources(spec, table, resources, mode, min_ratio, spill_ratio)
         bad = [f"{spec.class_key or 'class'}={k['class']}: {'; '.join(k['problems'])}" for k in classes if k["problems"]]
-        value = (f"{len(classes)} enabled class(es)" if classes else "no enabled class (every row falls back)")
+        if not classes:
+            value = "no enabled class (every row falls back)"
+        elif bad:
+            value = f"{len(bad)} of {len(classes)} enabled class(es): {bad[0]}" + (" ..." if len(bad) > 1 else "")
+        else:
+            value = f"{len(classes)} enabled class(es)"
+        spill_rule = "0 spills" if not spill_ratio else f"spills <= {spill_ratio:g} x the baseline's"
         gates.append(Gate("compile_resources",
-                          f"each enabled class compiles with 0 spills and occupancy >= {min_ratio} x the baseline's",
+                          f"each enabled class compiles with {spill_rule} and occupancy >= {min_ratio} x the baseline's",
                           value, "stop" if bad else "pass", evidence=evidence, detail="; ".join(bad) if bad else None))
     gates.append(pair_gate(table, spec.bar, spec.cpu, evidence))
     return gates
