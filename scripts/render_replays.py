@@ -8,7 +8,8 @@ Method: one row per entry of config/replays.yaml (kgate/schemas/replays.schema.y
 (repository, commit, pull request), the authors' claim as quoted there, the campaign's bar (``measure.bar`` of
 config/campaigns/<campaign>.yaml), and from ``reports/<campaign>/<gpu>/verdict.json`` (kgate.verdict/1) the
 verdict (``FORCED`` runs say so), the gate and the sentence that decided it, and the benchmark's geomean when
-bench measured one. A campaign without a report on that device says "not run on <gpu>", with the entry's
+bench measured one; an entry's ``forced`` record (a run forced past a STOP) adds its bench geomean, said to be
+forced. A campaign without a report on that device says "not run on <gpu>", with the entry's
 ``not_run`` reason. ``--write`` replaces what lies between the ``<!-- replays:begin -->`` and ``<!--
 replays:end -->`` lines of the file; nothing else changes.
 """
@@ -52,6 +53,17 @@ def geomean(verdict: dict[str, Any]) -> str | None:
     return None
 
 
+def forced_bench(path: Path) -> str:
+    """The forced run's bench geomean from its record (kgate.stage/1), said to be forced."""
+    if not path.exists():
+        raise SystemExit(f"render_replays: {path}: no such bench record (config/replays.yaml forced.bench_record)")
+    rec = json.loads(path.read_text())
+    if rec.get("schema") != "kgate.stage/1" or rec.get("stage") != "bench":
+        raise SystemExit(f"render_replays: {path}: not a kgate.stage/1 bench record")
+    gm = geomean({"gates": [dict(g, stage="bench") for g in rec.get("gates", [])]})
+    return f"forced past it, bench geomean {gm}" if gm else "forced past it, bench measured no geomean"
+
+
 def row(entry: dict[str, Any], root: Path, gpu: str) -> str:
     data = campaign.load_yaml(root / "config" / "campaigns" / f"{entry['campaign']}.yaml")
     bar = (data.get("measure") or {}).get("bar")
@@ -72,6 +84,9 @@ def row(entry: dict[str, Any], root: Path, gpu: str) -> str:
         gm = geomean(v)
         if gm and "bench" not in decided:
             decided += f"; bench geomean {gm}"
+        forced = entry.get("forced") or {}
+        if forced.get("gpu") == gpu and not gm:
+            decided += f"; {forced_bench(root / forced['bench_record'])}"
     return "| " + " | ".join(cell(c) for c in (f"`{entry['campaign']}`", change, entry["claim"],
                                                  "—" if bar is None else str(bar), result, decided)) + " |"
 

@@ -61,3 +61,27 @@ def test_write_replaces_only_the_marked_block_and_a_bad_list_is_one_line(tmp_pat
     bad = root_with(tmp_path / "bad", "liger-layer-norm-rows", {**ENTRY, "claimed": "x"})
     with pytest.raises(ConfigError, match=r"replays.yaml: key 'replays.0': unknown key\(s\) claimed"):
         render_replays.table(bad, "h200")
+
+
+def test_a_forced_record_adds_its_bench_geomean_beside_the_stop(tmp_path: Path) -> None:
+    """The real H200 replay of fla 9406930: STOPPED unforced; the forced run's committed bench record adds its
+    geomean (read from the record, said to be forced); a missing record is one line naming the key."""
+    campaign = "fla-cumsum-vector-9406930"
+    record = "tests/data/records/h200_cumsum_forced_bench/bench.json"
+    entry = {**ENTRY, "campaign": campaign, "forced": {"gpu": "h200", "bench_record": record}}
+    root = root_with(tmp_path, campaign, entry)
+    (root / "reports" / campaign / "h200").mkdir(parents=True)
+    shutil.copy(REPO / "reports" / campaign / "h200" / "verdict.json", root / "reports" / campaign / "h200")
+    (root / record).parent.mkdir(parents=True)
+    shutil.copy(REPO / record, root / record)
+    bench = yaml.safe_load((REPO / record).read_text())
+    gate = next(g for g in bench["gates"] if g["name"] == "geomean_speedup")
+    row = render_replays.table(root, "h200")[2]
+    assert "**STOPPED**" in row and "compile_resources stop" in row
+    lo, hi = gate["interval"]
+    assert f"forced past it, bench geomean {gate['value']:.3f}x [{lo:.3f}, {hi:.3f}] ({gate['status']})" in row
+    # the forced figure belongs to its device class only
+    assert "forced past it" not in render_replays.table(root, "a100")[2]
+    (root / record).unlink()
+    with pytest.raises(SystemExit, match="forced.bench_record"):
+        render_replays.table(root, "h200")
