@@ -1,0 +1,17 @@
+"""Figures the docs quote from committed H200 records match those records."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from conftest import REPO
+
+
+def test_fresh_pair_cost_in_statistics_doc_is_the_records() -> None:
+    record = json.loads((REPO / "tests" / "data" / "records" / "h200_cumsum_forced_bench" / "bench.json").read_text())
+    ready = [p["ready_s"] for p in record["data"]["replication"]["pairs"] if p["ready_s"] is not None]
+    assert record["data"]["replication"]["rounds_per_worker_pair"] == 1 and len(ready) == record["data"]["rounds"] - 1
+    doc = " ".join((REPO / "docs" / "statistics.md").read_text().split())
+    assert f"{min(ready):.1f}-{max(ready):.1f} s to start, check and warm" in doc
+    assert f"{sum(ready):.0f} s of the stage's {record['provenance']['wall_s']:.0f} s for five rounds" in doc
