@@ -6,13 +6,15 @@ commit every file of the worktree with kgate's fixed identity (so BENCH_BASE is
 reproducible; ignored files too, and the worktree is verified against the
 commit by content, ``kgate.source.worktree``), run the
 full gate against the untouched production code, and require it green and a
-superset of the baseline's test ids (a fixture only adds). Then write the
+superset of the baseline's test ids (a fixture only adds), and every test
+module it creates to contribute collected ids (``created_tests_gate``). Then write the
 manifest: sha256 of the frozen paths and of the gate's test files.
 """
 
 from __future__ import annotations
 
 import fnmatch
+from pathlib import PurePosixPath
 
 from kgate import epochs, paths
 from kgate.errors import ConfigError
@@ -26,6 +28,41 @@ from kgate.testrun.judge import judge, run_with_reruns
 def frozen_patterns(ctx: Context, fixture_paths: list[str]) -> list[str]:
     """Frozen: the campaign's list, the gate's test paths and every path the fixture wrote."""
     return sorted(set(ctx.campaign.data["frozen"]) | set(ctx.campaign.data["gate"]["tests"]) | set(fixture_paths))
+
+
+def created_test_files(variant: overlay.Variant) -> list[str]:
+    """The Python test modules the fixture creates (``test*.py`` or ``*_test.py``, pytest's default names)."""
+    out = []
+    for edit in variant.edits:
+        name = PurePosixPath(edit["path"]).name
+        if "create" in edit and name.endswith(".py") and (name.startswith("test") or name.endswith("_test.py")):
+            out.append(edit["path"])
+    return out
+
+
+def created_tests_gate(variant: overlay.Variant, collected: list[str], select: str | None, cpu: bool,
+                       evidence: str | None) -> Gate:
+    """Every test module the fixture creates contributes collected ids to the run.
+
+    A created module with no collected id adds nothing to the contract: pytest did not collect it (its name is
+    outside ``python_files``, its folder outside ``gate.tests``) or the device's selection deselects all of it
+    (``-k`` also matches file, class and function names: ``not large`` drops a file named ``*large*``). Fail,
+    except on CPU with a selection, where a fixture may be all GPU-sized (skip, with the file named)."""
+    created = created_test_files(variant)
+    counts = {path: sum(1 for i in collected if i.startswith(f"{path}::")) for path in created}
+    empty = [p for p, n in counts.items() if n == 0]
+    threshold = "every test module the fixture creates has collected test ids"
+    if not created:
+        return Gate("fixture_tests_collected", threshold, "the fixture creates no test module", "skip",
+                    evidence=evidence)
+    value = ", ".join(f"{p}: {n}" for p, n in counts.items())
+    if not empty:
+        return Gate("fixture_tests_collected", threshold, value, "pass", evidence=evidence)
+    why = (f"deselected by select.{'cpu' if cpu else 'gpu'} {select!r} (pytest -k also matches file, class and "
+           "function names)" if select else "not collected (gate.tests folders, pytest's python_files)")
+    status = "skip" if (cpu and select) else "fail"
+    return Gate("fixture_tests_collected", threshold, value, status, evidence=evidence,
+                detail=f"no collected id from {', '.join(empty)}: {why}")
 
 
 def run(ctx: Context) -> StageResult:
@@ -57,6 +94,7 @@ def run(ctx: Context) -> StageResult:
                       f"{len(base_ids)} -> {len(first.collected)} collected (+{len(added)})",
                       "fail" if lost else "pass", evidence=first.outcomes_path,
                       detail=f"baseline ids missing after the fixture: {', '.join(lost)}" if lost else None))
+    gates.append(created_tests_gate(variant, first.collected, spec.select, gpu == "cpu", first.outcomes_path))
     files = manifest.expand(wt, frozen_patterns(ctx, touched))
     sums = manifest.compute(wt, files)
     man_path = ctx.out_dir / "manifest.json"
