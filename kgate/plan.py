@@ -57,11 +57,9 @@ among those that would run; stages with no estimate are named, not counted.
 from __future__ import annotations
 
 import argparse
-import calendar
 import contextlib
 import json
 import statistics
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -70,7 +68,7 @@ from typing import Any
 from kgate import epochs, paths, protocol, workflow
 from kgate.campaign import load_yaml
 from kgate.errors import FormatVersionError, IncompleteData
-from kgate.records import read_record
+from kgate.records import read_record, stage_times
 
 PLAN_SCHEMA = "kgate.plan/1"
 CONFIG_FILE = paths.PROJECT / "config" / "config.yaml"
@@ -170,18 +168,6 @@ def resolve(config: dict[str, Any], root: Path) -> tuple[workflow.Run, EpochOutl
     return run, EpochOutlook(run.epoch["number"], run.epoch["contract"], opening.action)
 
 
-def _wall_s(record: dict[str, Any]) -> float | None:
-    prov = record.get("provenance") or {}
-    if isinstance(prov.get("wall_s"), int | float):
-        return float(prov["wall_s"])
-    try:
-        start, end = (calendar.timegm(time.strptime(prov[k], "%Y-%m-%dT%H:%M:%SZ"))
-                      for k in ("started_utc", "finished_utc"))
-    except (KeyError, TypeError, ValueError):
-        return None
-    return float(end - start)
-
-
 def earlier_records(root: Path, stage: str, gpu: str) -> list[Path]:
     """Every record file of ``stage`` on ``gpu`` under root/results/: live trees and closed epochs' archives."""
     base = root / "results"
@@ -206,7 +192,7 @@ def estimate(root: Path, stage: str, gpu: str) -> tuple[float | None, int, list[
         except (IncompleteData, FormatVersionError) as exc:
             unreadable.append(f"{path.relative_to(root)}: {exc}")
             continue
-        wall = _wall_s(rec)
+        wall = stage_times(rec).wall_s
         if rec.get("stage") != stage or rec.get("gpu") != gpu or wall is None:
             continue
         prov = rec.get("provenance") or {}

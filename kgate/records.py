@@ -9,10 +9,12 @@ on an unknown one, ``IncompleteData`` on a missing or torn file.
 
 from __future__ import annotations
 
+import calendar
 import errno
 import json
 import os
 import secrets
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -184,3 +186,36 @@ def first_provenance(records: Any, key: str) -> dict[str, Any]:
         if isinstance(value, dict):
             return dict(value)
     return {}
+
+
+@dataclass(frozen=True, slots=True)
+class StageTimes:
+    """A record's own clock (provenance): wall seconds, start and finish as POSIX seconds (None when absent)."""
+
+    wall_s: float | None
+    started: float | None
+    finished: float | None
+
+
+def _utc_seconds(text: Any) -> float | None:
+    if not isinstance(text, str):
+        return None
+    try:
+        return float(calendar.timegm(time.strptime(text, "%Y-%m-%dT%H:%M:%SZ")))
+    except ValueError:
+        return None
+
+
+def stage_times(record: Any) -> StageTimes:
+    """``provenance.wall_s`` (else finished - started) and the ``started_utc``/``finished_utc`` stamps."""
+    prov = (record.get("provenance") if isinstance(record, dict) else None) or {}
+    started, finished = _utc_seconds(prov.get("started_utc")), _utc_seconds(prov.get("finished_utc"))
+    wall = prov.get("wall_s")
+    if isinstance(wall, (int, float)) and not isinstance(wall, bool) and wall >= 0:
+        wall_s: float | None = float(wall)
+    elif started is not None and finished is not None:
+        wall_s = finished - started
+    else:
+        wall_s = None
+    return StageTimes(wall_s, started, finished)
+

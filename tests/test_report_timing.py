@@ -70,3 +70,13 @@ def test_summary_and_page_show_it(tmp_path: Path) -> None:
                for ln in summary.splitlines())
     html = (out / "index.html").read_text()
     assert 'id="time-to-verdict"' in html and expected.split(";")[0].split("(")[0].strip() in html
+
+
+def test_stage_times_falls_back_to_the_stamps() -> None:
+    from kgate.records import stage_times
+
+    stamps = {"started_utc": "2026-12-02T07:56:03Z", "finished_utc": "2026-12-02T08:02:21Z"}
+    assert stage_times({"provenance": stamps}).wall_s == 378.0
+    assert stage_times({"provenance": {**stamps, "wall_s": 377.989}}).wall_s == 377.989
+    assert stage_times({"provenance": {"wall_s": True}}).wall_s is None
+    assert stage_times({"provenance": {"started_utc": "2026-12-02 07:56"}}).started is None

@@ -24,8 +24,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
+
+from kgate.records import StageTimes, stage_times
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,39 +67,24 @@ def duration(seconds: float) -> str:
     return f"{whole // 3600} h {whole % 3600 // 60:02d} min"
 
 
-def _utc(text: Any) -> datetime | None:
-    if not isinstance(text, str) or not text:
-        return None
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
-
 def time_to_verdict(records: Sequence[Mapping[str, Any]]) -> TimeToVerdict | None:
     """The records' time to verdict (module docstring); None when no record states its wall clock."""
     stages: list[tuple[str, float]] = []
-    starts: list[tuple[datetime, Mapping[str, Any]]] = []
-    finishes: list[datetime] = []
+    timed: list[tuple[StageTimes, Mapping[str, Any]]] = []
     for record in records:
-        prov = record.get("provenance") or {}
-        wall = prov.get("wall_s")
-        if isinstance(wall, (int, float)) and not isinstance(wall, bool) and wall >= 0:
-            stages.append((str(record.get("stage")), float(wall)))
-        start, finish = _utc(prov.get("started_utc")), _utc(prov.get("finished_utc"))
-        if start is not None:
-            starts.append((start, prov))
-        if finish is not None:
-            finishes.append(finish)
+        times = stage_times(record)
+        if times.wall_s is not None:
+            stages.append((str(record.get("stage")), times.wall_s))
+        timed.append((times, record.get("provenance") or {}))
     if not stages:
         return None
-    span = None
-    if starts and finishes:
-        span = max(0.0, (max(finishes) - min(s for s, _ in starts)).total_seconds())
-    added = [((p.get("kernel_cache") or {}).get("added") or {}).get("kernels") for _, p in starts]
+    starts = [t.started for t, _ in timed if t.started is not None]
+    finishes = [t.finished for t, _ in timed if t.finished is not None]
+    span = max(0.0, max(finishes) - min(starts)) if starts and finishes else None
+    added = [((p.get("kernel_cache") or {}).get("added") or {}).get("kernels") for t, p in timed if t.started is not None]
     counted = [a for a in added if isinstance(a, int) and not isinstance(a, bool)]
     cache = None
-    for _, prov in sorted(starts, key=lambda x: x[0]):
+    for _, prov in sorted(((t, p) for t, p in timed if t.started is not None), key=lambda x: x[0].started or 0.0):
         state = (prov.get("kernel_cache") or {}).get("state_at_start")
         if isinstance(state, str) and state:
             cache = state
