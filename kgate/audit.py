@@ -6,7 +6,9 @@ same target the audit reports
 
 * allowed-path overlap: some path could match an allowed glob of both
   campaigns, i.e. both candidates may change the same file. This is the one
-  finding that is a warning (exit 1);
+  finding that is a warning (exit 1), except for two campaigns whose
+  candidates are the same commit (``candidate.ref``): one change judged under
+  two contracts, a note;
 * frozen-path overlap: both campaigns freeze the same files (common and
   harmless, e.g. a shared ``tests/conftest.py``), shown for information;
 * allowed-vs-frozen overlap: one campaign may change a file the other
@@ -211,6 +213,7 @@ class Audited:
     timed_declared: tuple[str, ...]  # which of TIMED_SECTIONS the file declares
     ops: dict[str, list[str]] = field(default_factory=dict)   # op -> timed row names
     notes: tuple[str, ...] = ()
+    change: str | None = None        # the candidate's ``ref`` (a commit of the target), when it is one
 
 
 def _pep503(name: str) -> str:
@@ -285,7 +288,8 @@ def audit_campaign(c: Campaign) -> Audited:
     frozen = tuple(dict.fromkeys([*c.data.get("frozen", []), *c.data["gate"]["tests"]]))
     return Audited(name=c.name, file=_display(c.path), target=target_key(c),
                    allowed=tuple(c.data["candidate"]["allowed_paths"]), frozen=frozen,
-                   timed_declared=declared, ops=ops, notes=tuple(c.data.get("notes") or ()))
+                   timed_declared=declared, ops=ops, notes=tuple(c.data.get("notes") or ()),
+                   change=c.data["candidate"].get("ref"))
 
 
 def _display(p: Path) -> str:
@@ -343,9 +347,14 @@ def compare(a: Audited, b: Audited) -> dict[str, Any]:
     else:
         timed = {"shared": [{"op": op, "rows": sorted(set(a.ops[op]) & set(b.ops[op]))} for op in shared_ops],
                  "why": None if shared_ops else "no op timed by both"}
+    allowed = _cross(_allowed_globs(a), _allowed_globs(b))
+    # two campaigns judging one change (the same candidate commit) under different contracts change the same
+    # files by construction: that is not two candidates stepping on each other
+    same_change = a.change is not None and a.change == b.change
     return {
         "a": a.name, "b": b.name,
-        "allowed": _cross(_allowed_globs(a), _allowed_globs(b)),
+        "allowed": [] if same_change else allowed,
+        "same_change": {"ref": a.change, "allowed": allowed} if same_change else None,
         "frozen": _cross(_frozen_globs(a), _frozen_globs(b)),
         "a_allowed_b_frozen": _cross(_allowed_globs(a), _frozen_globs(b)),
         "b_allowed_a_frozen": _cross(_allowed_globs(b), _frozen_globs(a)),
@@ -388,6 +397,10 @@ def audit(specs: list[str]) -> dict[str, Any]:
                 for o in p["allowed"]:
                     warnings.append(f"warning: {a.name} and {b.name} (target {key}) may both change "
                                     f"{o['example']}: {a.name} allows {o['a']}, {b.name} allows {o['b']}")
+                if p["same_change"]:
+                    notices.append(f"note: {a.name} and {b.name} (target {key}) judge the same change "
+                                   f"{str(p['same_change']['ref'])[:12]} under two contracts: their allowed paths "
+                                   "overlap by construction")
                 for side, x, y in (("a_allowed_b_frozen", a, b), ("b_allowed_a_frozen", b, a)):
                     for o in p[side]:
                         notices.append(f"note: {x.name} may change {o['example']} ({x.name} allows {o['a']}), "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import itertools
 import json
@@ -237,3 +238,18 @@ def test_the_remote_call_patterns_catch_what_they_should() -> None:
     for text in ['git("fetch", "--quiet", "--no-tags", str(src))', "kgate never pushes branches",
                  'git("worktree", "add", "-B", branch)']:
         assert not any(p.search(text) for p in _REMOTE_CALLS), text
+
+
+def test_one_change_under_two_contracts_is_a_note_not_an_overlap() -> None:
+    """The two replays of Liger-Kernel #945 name the same candidate commit: their allowed paths overlap by
+    construction (a note); two different candidates allowing the same file still warn (exit 1)."""
+    result = audit.audit(["liger-layer-norm-bwd-945", "liger-layer-norm-bwd-945-large-rows"])
+    (target,) = result["targets"]
+    (pair,) = target["pairs"]
+    assert pair["allowed"] == [] and pair["same_change"]["ref"].startswith("540575bc")
+    assert pair["same_change"]["allowed"][0]["example"] == "src/liger_kernel/ops/layer_norm.py"
+    assert result["exit"] == 0 and not result["warnings"]
+    assert any("judge the same change 540575bc2bba" in n for n in result["notices"])
+    a = audit.audit_campaign(audit.campaign_mod.load("liger-layer-norm-bwd-945"))
+    other = dataclasses.replace(a, name="other", change="0" * 40)
+    assert audit.compare(a, other)["allowed"] and audit.compare(a, other)["same_change"] is None
