@@ -28,6 +28,8 @@ sys.path.insert(0, str(REPO))
 from marked_block import replace_block  # noqa: E402
 
 from kgate import campaign  # noqa: E402
+from kgate.errors import KgateError  # noqa: E402
+from kgate.records import read_record  # noqa: E402
 
 BEGIN, END = "<!-- replays:begin -->", "<!-- replays:end -->"
 VERDICT_SCHEMA = "kgate.verdict/1"
@@ -57,9 +59,13 @@ def forced_bench(path: Path) -> str:
     """The forced run's bench geomean from its record (kgate.stage/1), said to be forced."""
     if not path.exists():
         raise SystemExit(f"render_replays: {path}: no such bench record (config/replays.yaml forced.bench_record)")
-    rec = json.loads(path.read_text())
-    if rec.get("schema") != "kgate.stage/1" or rec.get("stage") != "bench":
-        raise SystemExit(f"render_replays: {path}: not a kgate.stage/1 bench record")
+    try:
+        rec = read_record(path)
+    except KgateError as exc:
+        raise SystemExit(f"render_replays: {path} (config/replays.yaml forced.bench_record): {exc}") from exc
+    if rec.get("stage") != "bench":
+        raise SystemExit(f"render_replays: {path}: a {rec.get('stage')!r} record, not bench's "
+                         "(config/replays.yaml forced.bench_record)")
     gm = geomean({"gates": [dict(g, stage="bench") for g in rec.get("gates", [])]})
     return f"forced past it, bench geomean {gm}" if gm else "forced past it, bench measured no geomean"
 

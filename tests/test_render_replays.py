@@ -85,3 +85,18 @@ def test_a_forced_record_adds_its_bench_geomean_beside_the_stop(tmp_path: Path) 
     (root / record).unlink()
     with pytest.raises(SystemExit, match="forced.bench_record"):
         render_replays.table(root, "h200")
+
+
+def test_a_forced_record_that_is_not_a_bench_record_is_one_line(tmp_path: Path) -> None:
+    campaign = "fla-cumsum-vector-9406930"
+    record = "tests/data/records/h200_cumsum_forced_bench/profile_candidate.json"
+    root = root_with(tmp_path, campaign, {**ENTRY, "campaign": campaign, "forced": {"gpu": "h200", "bench_record": record}})
+    (root / "reports" / campaign / "h200").mkdir(parents=True)
+    shutil.copy(REPO / "reports" / campaign / "h200" / "verdict.json", root / "reports" / campaign / "h200")
+    (root / record).parent.mkdir(parents=True)
+    shutil.copy(REPO / record, root / record)
+    with pytest.raises(SystemExit, match="'profile_candidate' record, not bench's"):
+        render_replays.table(root, "h200")
+    (root / record).write_text('{"schema": "kgate.stage/0"}')
+    with pytest.raises(SystemExit, match="forced.bench_record"):
+        render_replays.table(root, "h200")

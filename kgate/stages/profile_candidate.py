@@ -153,8 +153,8 @@ def class_resources(spec: MeasureSpec, rows: list[dict[str, Any]], resources: di
     against the baseline's replaced kernels of the same class.
 
     Spills are Triton's ``n_spills`` (the kernel's local memory per thread in 32-bit words): a problem
-    when the class's most-spilling candidate variant spills more than ``spill_ratio`` x the baseline's
-    most-spilling replaced variant (0: any spill). Each problem names the variant's launch settings and
+    for each candidate variant that spills more than ``spill_ratio`` x the baseline's most-spilling
+    replaced variant of the class (0: any spill). Each problem names the variant's launch settings and
     the rows that launched it."""
     out = []
     enabled = sorted({group(r) for r in rows if r["path"] == "optimized"}, key=str)
