@@ -36,6 +36,9 @@ ROOT = Path(__file__).resolve().parents[1]
 RECORDS = ROOT / "tests" / "data" / "bench"
 #: the real A/A runs (identity candidate, default campaign, H200): tests/data/bench/<name>/
 AA_RUNS = ("h200_identity", "h200_identity_quiet", "h200_identity_host_ahead", "h200_identity_rearm")
+#: the real A/A runs with a fresh worker pair every round (identity candidate of the Liger LayerNorm #945 replay,
+#: H200): tests/data/bench/<name>/
+REPLICATED_AA_RUNS = ("h200_identity_liger_replicated",)
 OUTLIER_FACTOR = 1.2
 
 
@@ -299,4 +302,38 @@ def records_figures() -> dict[str, Any]:
     total["p_95"] = float(binom.sf(total["excluding_1_at_95"] - 1, n, 0.05))
     look = runs[0]["look_confidence"]
     total["p_look"] = float(binom.sf(total["excluding_1_at_look"] - 1, n, 1 - look))
-    return {"runs": runs, "total": total}
+    return {"runs": runs, "total": total, "replicated": replicated_figures()}
+
+
+def replicated_figures() -> dict[str, Any]:
+    """Per replicated A/A run, recomputed from the recorded rounds (each round timed by its own fresh worker pair):
+    the rows' decisions by ``stats.decide_bench`` (rows FAST or SLOW, SAME, AMBIGUOUS), the intervals excluding 1
+    at 95 % and at the per-look level, and what one pair for the whole run would have carried: the row-rounds whose
+    two processes' medians differ by more than the resolution (with one pair for the run, such a difference is a
+    fixed offset of every round of the row, which no number of rounds narrows), and the largest of them."""
+    runs = []
+    for name in REPLICATED_AA_RUNS:
+        record, rounds = load_run(name)
+        gated, controls = roles(record)
+        keys = gated + controls
+        cfg = run_config(record)
+        data = {k: gates.to_rounds(rounds, k) for k in keys}
+        now = stats.decide_bench(data, cfg, gated=gated, controls=controls, bar=record["data"]["bar"])
+        decs = {**now.rows}
+        cal = gates.calibration(_outcomes(decs, gated, "gated"))
+        band = math.log(1.0 + cfg.resolution)
+        offsets = [abs(math.log(float(np.median(r["rows"][k]["base"]["samples_ms"]))
+                                / float(np.median(r["rows"][k]["cand"]["samples_ms"]))))
+                   for r in rounds for k in keys]
+        classes = [decs[k].classification for k in gated]
+        runs.append({
+            "run": name, "rounds": len(rounds), "rows": len(keys),
+            "pairs": len({r.get("pair") for r in rounds}),
+            "excluding_1_at_95": len(cal["plain"]["excluding_1"]), "excluding_1_at_look": len(cal["look"]["excluding_1"]),
+            "expected_at_95": 0.05 * len(keys),
+            "moved": sum(c in (stats.FAST, stats.SLOW) for c in classes),
+            "same": classes.count(stats.SAME), "ambiguous": classes.count(stats.AMBIGUOUS),
+            "row_rounds": len(offsets), "row_rounds_beyond_resolution": sum(o > band for o in offsets),
+            "largest_process_ratio": math.exp(max(offsets)) if offsets else 1.0,
+        })
+    return {"runs": runs}

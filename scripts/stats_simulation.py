@@ -25,7 +25,8 @@ Scenarios (``--scenario``):
   after of each rule the statistics changed (scripts/stats_scenarios.py states
   the model and the rules as they were);
 * ``records``: the figures of the real H200 A/A records (tests/data/bench/),
-  recomputed from their rounds (no simulation);
+  recomputed from their rounds (no simulation); ``replicated``: the same for the
+  A/A records timed with a fresh worker pair every round;
 * ``summary``: each error rate, simulated and from the records, side by side
   (runs every scenario it quotes); ``all``: every table.
 
@@ -63,7 +64,8 @@ SCHEMA = "kgate.stats_simulation/2"
 SEED = 20240601
 CVS = (0.005, 0.01, 0.02, 0.03)
 BAR = 1.08
-SCENARIOS = ("default", "variants", "direction", "straddle", "controls", "process", "outliers", "records", "summary")
+SCENARIOS = ("default", "variants", "direction", "straddle", "controls", "process", "outliers", "records", "replicated",
+             "summary")
 
 
 # the default table: one row, drift and shared noise
@@ -342,6 +344,18 @@ def records_table(fig: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     return header, body
 
 
+def replicated_table(fig: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    header = ["A/A run", "rounds", "worker pairs", "rows", "intervals excluding 1 at 95 %", "at the per-look level",
+              "rows FAST or SLOW", "rows SAME / AMBIGUOUS", "row-rounds whose two processes differ beyond the resolution",
+              "largest ratio of two processes in a round"]
+    body = [[f"`{r['run']}`", str(r["rounds"]), str(r["pairs"]), str(r["rows"]),
+             f"{r['excluding_1_at_95']} (expected {r['expected_at_95']:.1f})", str(r["excluding_1_at_look"]),
+             str(r["moved"]), f"{r['same']} / {r['ambiguous']}",
+             f"{r['row_rounds_beyond_resolution']} of {r['row_rounds']}", f"{r['largest_process_ratio']:.3f}"]
+            for r in fig["replicated"]["runs"]]
+    return header, body
+
+
 #: the summary: (error rate, simulated (scenario, condition, figure) before and now (None: no before), records figure)
 SUMMARY = (
     ("A/A row called FAST or SLOW, CV 1 %, defaults", None, ("default", Cell(0.01, 0.0, 0.0).name(), "fast_or_slow"),
@@ -386,7 +400,9 @@ def summary_table(res: dict[str, dict[str, dict[str, Any]]], fig: dict[str, Any]
         if rec is None:
             shown = "no record"
         elif rec[1] is None:
-            shown = f"{t[rec[0]]} of {t[rec[2]]} (one worker pair per run; a replicated A/A is to come)"
+            rep = fig["replicated"]["runs"]
+            shown = (f"{t[rec[0]]} of {t[rec[2]]} with one worker pair per run; "
+                     f"{sum(r[rec[0]] for r in rep)} of {sum(r[rec[2]] for r in rep)} with a fresh pair every round")
         else:
             shown = f"{t[rec[0]]} -> {t[rec[1]]} of {t[rec[2]]}"
         body.append([label, shown_sim, shown])
@@ -403,11 +419,12 @@ def blocks(names: list[str], res: dict[str, Any], fig: dict[str, Any] | None, ar
               "direction": lambda: direction_table(res["direction"]), "straddle": lambda: straddle_table(res["straddle"]),
               "controls": lambda: controls_table(res["controls"]), "process": lambda: process_table(res["process"]),
               "outliers": lambda: outliers_table(res["outliers"]), "records": lambda: records_table(fig),  # type: ignore[arg-type]
+              "replicated": lambda: replicated_table(fig),  # type: ignore[arg-type]
               "summary": lambda: summary_table(res, fig)}  # type: ignore[arg-type]
     out = {}
     for name in names:
         header, body = makers[name]()
-        meta = ("recomputed from the recorded rounds; no simulation" if name == "records" else
+        meta = ("recomputed from the recorded rounds; no simulation" if name in ("records", "replicated") else
                 f"seed {args.seed}, {args.trials} trials per condition")
         out[name] = f"Command: `{command(args)}` ({meta})\n\n{table(header, body, style)}"
     return out
@@ -461,10 +478,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     started = time.perf_counter()
     names = list(SCENARIOS) if args.scenario == "all" else [args.scenario]
-    sim = sorted({*(n for n in names if n not in ("records", "summary")), *(summary_needs() if "summary" in names
-                                                                            else ())})
+    sim = sorted({*(n for n in names if n not in ("records", "replicated", "summary")),
+                  *(summary_needs() if "summary" in names else ())})
     res = simulate(sim, args)
-    fig = sc.records_figures() if {"records", "summary"} & set(names) else None
+    fig = sc.records_figures() if {"records", "replicated", "summary"} & set(names) else None
     made = blocks(names, res, fig, args, "markdown" if args.write_doc else args.format)
     wall = time.perf_counter() - started
     for name in names:

@@ -235,3 +235,50 @@ def test_re_arming_resolves_the_row_that_synchronises_inside() -> None:
     (prow,) = [p for p in profile["data"]["rows"] if f"{p['row']}:fwdbwd" == key]
     medians = rows[key]["round_medians_ms"]["base"]
     assert prow["kernel_sum_ms"] < min(medians) and max(medians) < prow["endpoint_ms"], (prow, medians)
+
+
+#: the A/A with a fresh worker pair every round (tests/data/bench/h200_identity_liger_replicated/): Liger's
+#: LayerNorm at the #945 base in both arms, whose backward's atomics give each process a speed of its own
+REPLICATED = "h200_identity_liger_replicated"
+
+
+def test_a_fresh_worker_pair_every_round_keeps_process_speeds_out_of_the_a_a_calls() -> None:
+    """MEASURED DATA (tests/data/bench/h200_identity_liger_replicated/): each of the 15 rounds was timed by its
+    own pair of processes (30 distinct pids). Within a process a row's 20 samples agree within a few percent, while
+    processes of the same code differ by up to 1.8x on one row (the atomic baseline settles in one speed per
+    process): in most row-rounds the two processes differ beyond the resolution. With one pair for the run such a
+    difference is a fixed offset and a tight wrong interval; with a fresh pair per round it is round-to-round
+    variance: the recomputed decisions (``stats.decide_bench`` over the pairs, as the stage decided) equal the
+    recorded ones, no row interval excludes 1, and no row is FAST or SLOW."""
+    record, rounds = load_run(REPLICATED)
+    data = record["data"]
+    pids = [(r["pids"]["base"], r["pids"]["cand"]) for r in rounds]
+    assert len(rounds) == 15 and len({r["pair"] for r in rounds}) == 15 and len({p for pair in pids for p in pair}) == 30
+    assert data["replication"]["rounds_per_worker_pair"] == 1
+    cfg = stats.ControllerConfig(min_rounds=data["controller"]["min_rounds"], max_rounds=data["controller"]["max_rounds"],
+                                 resolution=data["controller"]["resolution"])
+    keys = [r["key"] for r in data["rows"]]
+    per_row = {k: bench.to_rounds(rounds, k) for k in keys}
+    assert all(r.block is not None for rs in per_row.values() for r in rs)
+    now = stats.decide_bench(per_row, cfg, gated=keys, controls=[], bar=data["bar"])
+    for row in data["rows"]:
+        d = now.rows[row["key"]]
+        assert d.classification == row["classification"], row["key"]
+        assert [d.estimate.lower, d.estimate.upper] == pytest.approx(row["interval"], rel=1e-9), row["key"]
+        assert row["interval"][0] < 1.0 < row["interval"][1], row["key"]
+    assert {r["classification"] for r in data["rows"]} <= {stats.SAME, stats.AMBIGUOUS}
+    assert data["calibration"]["plain"]["excluding_1"] == [] and data["calibration"]["look"]["excluding_1"] == []
+    band = math.log(1 + cfg.resolution)
+    spread = max(max(s) / min(s) for r in rounds for k in keys for a in ("base", "cand")
+                 for s in [r["rows"][k][a]["samples_ms"]])
+    ratios = [math.log(_median(r["rows"][k]["base"]["samples_ms"]) / _median(r["rows"][k]["cand"]["samples_ms"]))
+              for r in rounds for k in keys]
+    assert spread < 1.03
+    assert sum(abs(x) > band for x in ratios) > len(ratios) / 2
+    assert math.exp(max(abs(x) for x in ratios)) > 1.5
+
+
+def _median(xs: list[float]) -> float:
+    s = sorted(xs)
+    n = len(s)
+    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2

@@ -126,6 +126,18 @@ def test_the_records_table_and_the_summarys_records_column_are_recomputed_exactl
     assert [r[2] for r in table_rows(block("summary"))] == [r[2] for r in summary]
 
 
+def test_the_replicated_a_a_table_is_recomputed_exactly_and_holds_the_nominal_rate() -> None:
+    """MEASURED DATA (tests/data/bench/h200_identity_liger_replicated/): the doc's table is the script's output, and
+    with a fresh worker pair every round no row interval excludes 1 although most row-rounds' two processes differ
+    beyond the resolution (the atomic base's speed is set per process)."""
+    fig = sc.records_figures()
+    _, body = ss.replicated_table(fig)
+    assert table_rows(block("replicated")) == body
+    (run,) = fig["replicated"]["runs"]
+    assert run["pairs"] == run["rounds"] and run["excluding_1_at_95"] == 0 and run["moved"] == 0
+    assert run["row_rounds_beyond_resolution"] > run["row_rounds"] / 2
+
+
 def test_every_simulated_figure_the_summary_quotes_agrees_with_a_fresh_run() -> None:
     quoted = [r[1] for r in table_rows(block("summary"))]
     assert len(quoted) == len(ss.SUMMARY)

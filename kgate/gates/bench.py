@@ -31,6 +31,7 @@ from scipy.stats import binom
 
 from kgate import stats
 from kgate.errors import ConfigError
+from kgate.gates.processes import process_speeds
 from kgate.measure.rows import CPU_TIMING_NOTE
 from kgate.records import Gate
 from kgate.stats.pairs import pair_estimates
@@ -450,6 +451,7 @@ def describe(o: RowOutcome, recorded: list[dict[str, Any]], cfg: BenchConfig, pr
         "autotune_picks": list(o.autotune_picks),
         "warm_wall_s": {a: warm[a]["wall_s"] for a in ("base", "cand")},
         "excluded_rounds": list(excluded),
+        "process_speeds": process_speeds(recorded, o.key, cfg.resolution),
         "pairs": [{"pair": x["pair"], "rounds": x["rounds"], "speedup": math.exp(x["log_ratio"])}
                   for x in pair_estimates(est.log_ratios, est.orders, est.blocks,
                                           None if est.order_effect is None else math.log(est.order_effect))],

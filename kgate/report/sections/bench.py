@@ -13,7 +13,11 @@ relative to the median; the medians themselves stay in the record), class
 and path, and peak memory per arm. Rows where an unchanged kernel picked a
 different autotune config in the two arms are listed; folded, every autotuned
 kernel's picks in both arms with the rows that ran them and whether the pick
-was shared through the kernel cache, tuned per arm, or the candidate's own. The template escapes
+was shared through the kernel cache, tuned per arm, or the candidate's own.
+Rows and arms whose speed is set per worker process (processes of the same
+code differ while each is steady: ``kgate.gates.processes.process_speeds``) are
+listed, with their fastest and slowest process; records without worker pids
+show no such line. The template escapes
 every string; the keys shown here are taken out of the data, and the page
 names the rest.
 """
@@ -56,7 +60,8 @@ def view(data: dict[str, Any], links: Links) -> dict[str, Any] | None:
     if not isinstance(rows, list) or not rows or not all(isinstance(r, Mapping) and "summary" in r for r in rows):
         return None
     data.pop("rows")
-    table, forest, classes, picks = [], [], [], []
+    table, forest, classes, picks, per_process = [], [], [], [], []
+    seen_processes = False
     tuned: dict[tuple[str, str, str, str], list[str]] = {}
     for r in rows:
         summary = r.get("summary") or {}
@@ -75,6 +80,11 @@ def view(data: dict[str, Any], links: Links) -> dict[str, Any] | None:
             forest.append((f"{_label(r)} ({r.get('path')})", float(r["speedup"]),
                            as_float(iv[0]) if len(iv) == 2 else None, as_float(iv[1]) if len(iv) == 2 else None))
             classes.append(clean(r.get("classification")) if r.get("classification") else None)
+        speeds = r.get("process_speeds")
+        if isinstance(speeds, Mapping):
+            seen_processes = True
+            per_process += [_process_text(_label(r), arm, v) for arm, v in speeds.items()
+                            if isinstance(v, Mapping) and v.get("per_process")]
         for d in r.get("autotune_diff") or []:
             picks.append({"row": clean(_label(r)), "what": clean(d)})
         for p in r.get("autotune_picks") or []:
@@ -99,9 +109,17 @@ def view(data: dict[str, Any], links: Links) -> dict[str, Any] | None:
               if est else "—"),
              ("bar", times(data.get("bar")))]
     return {"facts": facts, "stats": [k.removesuffix("_ms") for k in STATS], "rows": table, "plots": plots,
-            "picks": picks, "tuned": [{"kernel": clean(k), "status": clean(st), "base": clean(b), "cand": clean(c),
-                                       "rows": clean(", ".join(rs))} for (k, st, b, c), rs in sorted(tuned.items())],
+            "picks": picks, "per_process": per_process if seen_processes else None,
+            "tuned": [{"kernel": clean(k), "status": clean(st), "base": clean(b), "cand": clean(c),
+                       "rows": clean(", ".join(rs))} for (k, st, b, c), rs in sorted(tuned.items())],
             "tuned_counts": ", ".join(f"{n} {st}" for st, n in sorted(_count(st for (_k, st, _b, _c) in tuned).items()))}
+
+
+def _process_text(label: str, arm: str, v: Mapping[str, Any]) -> str:
+    """One row and arm whose speed is set per worker process (kgate.gates.processes.process_speeds)."""
+    return clean(f"{label} {arm}: {v.get('processes')} processes from {_ms(v.get('fastest_ms'))} to "
+                 f"{_ms(v.get('slowest_ms'))} ms ({times(v.get('between'))}); within one process at most "
+                 f"{times(v.get('within'))}")
 
 
 def _count(items: Any) -> dict[str, int]:
