@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from pathlib import Path
 
 import pytest
@@ -271,14 +272,9 @@ def test_a_fresh_worker_pair_every_round_keeps_process_speeds_out_of_the_a_a_cal
     band = math.log(1 + cfg.resolution)
     spread = max(max(s) / min(s) for r in rounds for k in keys for a in ("base", "cand")
                  for s in [r["rows"][k][a]["samples_ms"]])
-    ratios = [math.log(_median(r["rows"][k]["base"]["samples_ms"]) / _median(r["rows"][k]["cand"]["samples_ms"]))
+    ratios = [math.log(statistics.median(r["rows"][k]["base"]["samples_ms"])
+                       / statistics.median(r["rows"][k]["cand"]["samples_ms"]))
               for r in rounds for k in keys]
     assert spread < 1.03
     assert sum(abs(x) > band for x in ratios) > len(ratios) / 2
     assert math.exp(max(abs(x) for x in ratios)) > 1.5
-
-
-def _median(xs: list[float]) -> float:
-    s = sorted(xs)
-    n = len(s)
-    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
