@@ -307,10 +307,11 @@ def records_figures() -> dict[str, Any]:
 
 def replicated_figures() -> dict[str, Any]:
     """Per replicated A/A run, recomputed from the recorded rounds (each round timed by its own fresh worker pair):
-    the rows' decisions by ``stats.decide_bench`` (rows FAST or SLOW, SAME, AMBIGUOUS), the intervals excluding 1
-    at 95 % and at the per-look level, and what one pair for the whole run would have carried: the row-rounds whose
-    two processes' medians differ by more than the resolution (with one pair for the run, such a difference is a
-    fixed offset of every round of the row, which no number of rounds narrows), and the largest of them."""
+    the gated rows' decisions by ``stats.decide_bench`` (rows FAST or SLOW, SAME, AMBIGUOUS), their intervals
+    excluding 1 at 95 % and at the per-look level with the count expected (``gates.calibration``), and what one
+    pair for the whole run would have carried: the row-rounds whose two processes' medians differ by more than
+    the resolution (with one pair for the run, such a difference is a fixed offset of every round of the row,
+    which no number of rounds narrows), and the largest of them."""
     runs = []
     for name in REPLICATED_AA_RUNS:
         record, rounds = load_run(name)
@@ -319,18 +320,17 @@ def replicated_figures() -> dict[str, Any]:
         cfg = run_config(record)
         data = {k: gates.to_rounds(rounds, k) for k in keys}
         now = stats.decide_bench(data, cfg, gated=gated, controls=controls, bar=record["data"]["bar"])
-        decs = {**now.rows}
-        cal = gates.calibration(_outcomes(decs, gated, "gated"))
+        cal = gates.calibration(_outcomes(now.rows, gated, "gated"))
         band = math.log(1.0 + cfg.resolution)
         offsets = [abs(math.log(float(np.median(r["rows"][k]["base"]["samples_ms"]))
                                 / float(np.median(r["rows"][k]["cand"]["samples_ms"]))))
                    for r in rounds for k in keys]
-        classes = [decs[k].classification for k in gated]
+        classes = [now.rows[k].classification for k in gated]
         runs.append({
-            "run": name, "rounds": len(rounds), "rows": len(keys),
+            "run": name, "rounds": len(rounds), "rows": len(gated),
             "pairs": len({r.get("pair") for r in rounds}),
             "excluding_1_at_95": len(cal["plain"]["excluding_1"]), "excluding_1_at_look": len(cal["look"]["excluding_1"]),
-            "expected_at_95": 0.05 * len(keys),
+            "expected_at_95": cal["plain"]["expected"],
             "moved": sum(c in (stats.FAST, stats.SLOW) for c in classes),
             "same": classes.count(stats.SAME), "ambiguous": classes.count(stats.AMBIGUOUS),
             "row_rounds": len(offsets), "row_rounds_beyond_resolution": sum(o > band for o in offsets),
