@@ -51,6 +51,11 @@ def tensors_of(torch: Any, obj: Any, prefix: str, out: dict[str, Any]) -> dict[s
     return out
 
 
+# words per int64 chunk of a fingerprint (512 MiB); even, so every chunk starts at an even position and the odd
+# positions of a chunk are odd positions of the tensor
+_FINGERPRINT_CHUNK = 1 << 26
+
+
 def fingerprint(torch: Any, t: Any) -> list[int]:
     """A cheap content fingerprint computed on the tensor's device: the int64 sums of its 32-bit words (or bytes)
     at all and at odd positions. Any write that changes a value changes it except by a collision of both sums;
@@ -61,8 +66,15 @@ def fingerprint(torch: Any, t: Any) -> list[int]:
         return [0, 0]
     raw = flat.view(torch.uint8)
     words = raw.view(torch.int32) if raw.numel() % 4 == 0 else raw
-    w = words.to(torch.int64)
-    return [int(w.sum()), int(w[1::2].sum())]
+    # int64 sums a chunk at a time (integer sums are exact and order-free, so chunking changes no value): a
+    # whole-tensor int64 copy of 8 GiB of logits would need 16 GiB beside them
+    total = odd = 0
+    step = _FINGERPRINT_CHUNK
+    for start in range(0, words.numel(), step):
+        w = words[start:start + step].to(torch.int64)
+        total += int(w.sum())
+        odd += int(w[1::2].sum())
+    return [total, odd]
 
 
 def leaves_of(torch: Any, obj: Any) -> list[Any]:

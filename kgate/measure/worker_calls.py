@@ -228,7 +228,7 @@ class Calls:
             flat = t.detach().reshape(-1)
             idx = torch.randint(0, max(flat.numel(), 1), (min(int(k), flat.numel()),), generator=gen)
             picked = flat[idx.to(flat.device)].double()
-            out[name] = {"values": picked.cpu().tolist(), "rms": float(flat.double().pow(2).mean().sqrt())}
+            out[name] = {"values": picked.cpu().tolist(), "rms": _rms(torch, flat)}
         return out
 
     def _row(self, row: str) -> RowState:
@@ -238,3 +238,20 @@ class Calls:
 
     def _variant(self, fn: Any, key: str, kernel: Any) -> dict[str, Any]:
         return census.variant(fn, key, kernel, self.s.info.get("device") or {})
+
+
+# elements per float64 chunk of an RMS: 2**25 doubles are 256 MiB, whatever the tensor's size
+_RMS_CHUNK = 1 << 25
+
+
+def _rms(torch: Any, flat: Any) -> float:
+    """Root mean square of a flat tensor in float64, a chunk at a time: a whole-tensor float64 copy of a large
+    output (32768 x 128256 logits' gradient: 31 GiB) would not fit beside the row's inputs."""
+    n = flat.numel()
+    if n == 0:
+        return float("nan")
+    total = 0.0
+    for start in range(0, n, _RMS_CHUNK):
+        chunk = flat[start:start + _RMS_CHUNK].double()
+        total += float(chunk.mul_(chunk).sum())
+    return (total / n) ** 0.5
