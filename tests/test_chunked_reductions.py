@@ -1,7 +1,10 @@
 """The worker's whole-tensor reductions run a chunk at a time (a float64 or int64 copy of a 32768 x 128256 output
-would not fit beside it on the GPU): chunking must not change a value, whatever the chunk boundaries."""
+would not fit beside it on the GPU, and a sha256 took two host copies of it): chunking must not change a value,
+whatever the chunk boundaries."""
 
 from __future__ import annotations
+
+import hashlib
 
 import pytest
 import torch
@@ -42,3 +45,36 @@ def test_rms_chunked_equals_whole(monkeypatch: pytest.MonkeyPatch, n: int) -> No
 
 def test_rms_of_nothing_is_nan() -> None:
     assert worker_calls._rms(torch, torch.empty(0)) != worker_calls._rms(torch, torch.empty(0))
+
+
+def _sha_whole(t: torch.Tensor) -> str:
+    """The digest as it was computed before streaming: one bytes copy of the whole tensor."""
+    h = hashlib.sha256(f"{t.dtype}|{tuple(t.shape)}|".encode())
+    data = t.detach().contiguous().reshape(-1)
+    if data.numel():
+        h.update(data.cpu().view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def _cases() -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(7)
+    base = torch.randn(5, 13, generator=gen)
+    return [base, base.to(torch.bfloat16), base.t(), (base * 50).to(torch.int64), base > 0, torch.tensor(3.5),
+            torch.empty(0, 4), base.to(torch.bfloat16)[:, 1::3]]
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 7, 64, 1 << 28])
+def test_tensor_sha_streamed_equals_whole(monkeypatch: pytest.MonkeyPatch, chunk: int) -> None:
+    """Chunks of 1, 3 and 7 bytes cut inside elements of every width; non-contiguous views, 0-d, empty, bool."""
+    monkeypatch.setattr(tensors, "_SHA_CHUNK", chunk)
+    for t in _cases():
+        assert tensors.tensor_sha(torch, t) == _sha_whole(t), (t.dtype, tuple(t.shape))
+
+
+def test_tensor_sha_tells_values_dtypes_and_shapes_apart(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tensors, "_SHA_CHUNK", 5)
+    t = torch.arange(12, dtype=torch.float32)
+    u = t.clone()
+    u[11] = 12.0
+    digests = {tensors.tensor_sha(torch, x) for x in (t, u, t.view(3, 4), t.view(torch.int32))}
+    assert len(digests) == 4

@@ -11,7 +11,10 @@ from pathlib import Path
 
 from conftest import REPO
 
+from kgate import stats
+from kgate.gates.bench import BenchConfig, to_rounds
 from kgate.measure import checkpoints
+from kgate.stats import AMBIGUOUS, FAST
 
 DATA = REPO / "tests" / "data" / "bench" / "h200_liger_ce_exp2_to_bench"
 
@@ -60,4 +63,34 @@ def test_the_benchmark_timed_the_code_the_gates_passed_and_resumes_from_its_roun
     # another setup (here: another seed) sets the checkpoint aside instead of mixing its round in
     other = dict(header["parts"], seed=header["parts"]["seed"] + 1)
     kept, note = checkpoints.resume(path, other)
+    assert kept == [] and note.startswith("set aside rounds.stale-")
+
+
+TEN = DATA / "bench.rounds-ten.jsonl"
+
+
+def test_ten_real_rounds_leave_the_geomean_straddling_the_bar_and_the_run_open(tmp_path: Path) -> None:
+    """A later machine's run (bench.rounds-ten.jsonl, its profile_candidate record beside it): ten valid rounds,
+    a fresh worker pair each, before the device time ran out. kgate's stopping rule on them: the small row
+    (BT1024) still AMBIGUOUS, the four others FAST, the gated geomean's interval straddling the bar 1.11, so
+    the run goes on (between looks at 10); a rerun on that machine resumes after the ten rounds, and one on
+    another device sets them aside."""
+    header, rounds = checkpoints.read_lines(TEN)
+    assert header is not None and len(rounds) == 10
+    assert len({r["pair"] for r in rounds}) == 10 and all(r["exclusive"]["checked"] for r in rounds)
+    profiled = json.loads((DATA / "profile_candidate-ten.json").read_text())["data"]
+    assert header["parts"]["candidate_sha"] == profiled["candidate_sha"] == _record("profile_candidate")["data"][
+        "candidate_sha"], "the candidate commit is the same on both machines"
+    keys = list(rounds[0]["rows"])
+    cfg = BenchConfig(bar=1.11, class_key=None, classes=(), endpoints=("dense",))
+    dec = stats.decide_bench({k: to_rounds(rounds, k) for k in keys}, cfg.controller(), gated=keys, bar=1.11)
+    classes = {k.split("_")[0]: d.classification for k, d in dec.rows.items()}
+    assert classes == {"BT1024": AMBIGUOUS, "BT4096": FAST, "BT8192": FAST, "BT16384": FAST, "BT32768": FAST}
+    assert dec.continue_ and dec.bar == stats.STRADDLES and dec.reason.endswith("between looks, the next at 11")
+    assert dec.geomean is not None and dec.geomean.lower < 1.11 < dec.geomean.upper
+    path = tmp_path / "rounds.jsonl"
+    shutil.copy(TEN, path)
+    kept, note = checkpoints.resume(path, header["parts"])
+    assert len(kept) == 10 and note == "resumed after 10 recorded round(s)"
+    kept, note = checkpoints.resume(path, dict(header["parts"], device="another-gpu"))
     assert kept == [] and note.startswith("set aside rounds.stale-")

@@ -181,3 +181,18 @@ def test_decide_bench_checks_its_input() -> None:
     with pytest.raises(ConfigError):
         decide_bench(data, CFG, gated=["a"], controls=["zz"])
     assert decide_bench({"a": data["a"][:1]}, CFG, gated=["a"]).continue_
+
+
+def test_the_reason_between_looks_says_so_instead_of_calling_decided_rows_undecided() -> None:
+    """SYNTHETIC: two rows clearly FAST (1.2x at 0.5 % noise) and one AMBIGUOUS (1.0x at 20 %). At a look (5, 7)
+    the reason counts the one open row; at 6 rounds, between looks, every row continues by the schedule, and the
+    reason names the schedule (a progress line once read "3 of 3 rows undecided" there); below the minimum it
+    counts the minimum."""
+    data = rows_of(normal_rows({"a": (1.2, 0.005), "b": (1.2, 0.005), "c": (1.0, 0.2)}, 7, seed=11))
+    assert decide(data["c"][:5], CFG).classification == AMBIGUOUS, "premise: row c AMBIGUOUS at 5"
+    at = {n: decide_bench({k: v[:n] for k, v in data.items()}, CFG, gated=list(data)) for n in (3, 5, 6, 7)}
+    assert all(d.continue_ for d in at.values())
+    assert at[5].reason == "1 of 3 rows undecided at 5 valid rounds"
+    assert at[6].reason == "6 valid rounds: between looks, the next at 7"
+    assert at[7].reason == "1 of 3 rows undecided at 7 valid rounds"
+    assert at[3].reason == f"3 of {CFG.min_rounds} minimum valid rounds"

@@ -14,12 +14,21 @@ import json
 import zlib
 from typing import Any
 
+# bytes of a tensor copied to the host and hashed at a time (256 MiB)
+_SHA_CHUNK = 1 << 28
+
 
 def tensor_sha(torch: Any, t: Any) -> str:
+    """sha256 over ``dtype|shape|`` and the tensor's raw bytes in order, streamed: a chunk of ``_SHA_CHUNK`` bytes
+    at a time is copied to the host (a view, no copy, for a host tensor) and fed to the hash through the buffer
+    protocol. The digest equals one over all the bytes at once; the host holds one chunk, not the whole tensor
+    twice (an 8 GiB device tensor once took a host copy and a ``bytes`` copy of it per hash)."""
     h = hashlib.sha256(f"{t.dtype}|{tuple(t.shape)}|".encode())
     data = t.detach().contiguous().reshape(-1)
     if data.numel():
-        h.update(data.cpu().view(torch.uint8).numpy().tobytes())
+        raw = data.view(torch.uint8)
+        for start in range(0, raw.numel(), _SHA_CHUNK):
+            h.update(memoryview(raw[start:start + _SHA_CHUNK].cpu().numpy()))
     return h.hexdigest()
 
 

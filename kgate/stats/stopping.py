@@ -150,7 +150,11 @@ def decide_bench(rounds: Mapping[str, Sequence[Round]], cfg: ControllerConfig, *
     open_rows = [k for k in keys if rows[k].continue_]
     open_controls = [k for k, c in fam.items() if c == AMBIGUOUS]
     capped = n >= cfg.max_rounds
-    if open_rows:
+    if open_rows and not cfg.is_look(n):
+        upcoming = next(k for k in cfg.looks() if k > n)
+        go, reason = True, (f"{n} of {cfg.min_rounds} minimum valid rounds" if n < cfg.min_rounds
+                            else f"{n} valid rounds: between looks, the next at {upcoming}")
+    elif open_rows:
         go, reason = True, f"{len(open_rows)} of {len(keys)} rows undecided at {n} valid rounds"
     elif side == STRADDLES and not capped:
         assert est is not None
