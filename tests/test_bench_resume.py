@@ -122,6 +122,9 @@ def test_a_killed_bench_resumes_at_its_last_round(tmp_path: Path, every: int | N
     else:
         assert all(pair.count(p) <= every for p in set(pair))
         assert all(h["ready_s"] > 0 for h in history[1:]) and len(history) == len(range(k, n, every))
+        # where a fresh pair's seconds went: its phases, each measured, together within its ready time
+        assert all(set(h["phases_s"]) == {"start", "prepare", "warm"} and min(h["phases_s"].values()) > 0
+                   and sum(h["phases_s"].values()) <= h["ready_s"] + 0.01 for h in history[1:])
     third = subprocess.run(args, env=run_env, capture_output=True, text=True, timeout=300)
     assert json.loads(third.stdout.strip().splitlines()[-1])["resumed_from"] == n, "a finished bench runs no round"
     if every is not None:

@@ -461,8 +461,10 @@ def describe(o: RowOutcome, recorded: list[dict[str, Any]], cfg: BenchConfig, pr
 def replication(recorded: list[dict[str, Any]], every: int | None, history: list[dict[str, Any]]) -> dict[str, Any]:
     """The worker pairs behind the rounds (kgate.measure.replicas): per pair its rounds and process ids, from the
     recorded rounds (a resumed run's earlier pairs included), and the seconds a pair of this run took to start and
-    warm (``ready_s``; None for the first pair and for pairs of an earlier run)."""
+    warm (``ready_s``; None for the first pair and for pairs of an earlier run) with its phases (``phases_s``,
+    kgate.measure.replicas; empty where ``ready_s`` is None)."""
     ready = {h["pair"]: h["ready_s"] or None for h in history}
+    phases = {h["pair"]: h.get("phases_s") or {} for h in history}
     pairs: dict[Any, dict[str, Any]] = {}
     for r in recorded:
         pairs.setdefault(r.get("pair"), {"pair": r.get("pair"), "pids": r.get("pids"), "rounds": []})["rounds"].append(
@@ -472,7 +474,7 @@ def replication(recorded: list[dict[str, Any]], every: int | None, history: list
               "a fresh worker pair every round: the per-round interval holds the pair's offset (kgate.stats.pairs)"
               if sizes == {1} else "per-pair means, the worker pair a random effect (kgate.stats.pairs)")
     return {"rounds_per_worker_pair": every, "method": method,
-            "pairs": [{**v, "ready_s": ready.get(k)} for k, v in pairs.items()]}
+            "pairs": [{**v, "ready_s": ready.get(k), "phases_s": phases.get(k, {})} for k, v in pairs.items()]}
 
 
 def calibration(outcomes: list[RowOutcome], confidence: float = 0.95) -> dict[str, Any]:

@@ -11,7 +11,10 @@ Method: :class:`WorkerPairs` holds the current pair. Before a round,
 ``every`` rounds: the old workers are closed first (the GPU holds exactly two
 workers at any time), then the stage's ``start`` starts a new pair and its
 ``ready`` prepares and warms it (same device, same input hashes, warm calls
-per row: never inside a round). Pairs are numbered over the whole checkpoint:
+per row: never inside a round). Each pair's history holds ``ready_s`` (start
+to ready) and ``phases_s``: ``start`` (processes up, environment recorded)
+and whatever phases ``ready`` returns (bench: ``prepare``, inputs made and
+hashed; ``warm``, warm calls), so a slow start says where its time went. Pairs are numbered over the whole checkpoint:
 a resumed run's first pair takes the number after the last recorded one
 (:meth:`WorkerPairs.number_from`), so rounds timed by the processes of a
 killed run are never taken for the new ones'. Every pair's workers are closed
@@ -35,7 +38,7 @@ class WorkerPairs:
     """The current pair of arms and the pairs before it (module docstring)."""
 
     def __init__(self, first: dict[str, Arm], every: int | None, start: Callable[[], dict[str, Arm]],
-                 ready: Callable[[dict[str, Arm]], None]) -> None:
+                 ready: Callable[[dict[str, Arm]], dict[str, float] | None]) -> None:
         if every is not None and (not isinstance(every, int) or isinstance(every, bool) or every < 1):
             raise ConfigError(f"rounds per worker pair: expected an integer >= 1 or null, got {every!r}")
         self.every = every
@@ -47,9 +50,9 @@ class WorkerPairs:
         self.history: list[dict[str, Any]] = []
         self._note_current(0.0)
 
-    def _note_current(self, ready_s: float) -> None:
+    def _note_current(self, ready_s: float, phases_s: dict[str, float] | None = None) -> None:
         self.history.append({"pair": self.pair, "pids": self.pids, "started": time.time(), "ready_s": round(ready_s, 3),
-                             "rounds": []})
+                             "phases_s": {k: round(v, 3) for k, v in (phases_s or {}).items()}, "rounds": []})
 
     @property
     def pids(self) -> dict[str, int]:
@@ -79,14 +82,15 @@ class WorkerPairs:
         self._close_current()
         t0 = time.monotonic()
         self.arms = self._start()
+        started = time.monotonic() - t0
         try:
-            self._ready(self.arms)
+            phases = self._ready(self.arms) or {}
         except BaseException:
             self._close_current()
             raise
         self.pair += 1
         self.rounds_done = 0
-        self._note_current(time.monotonic() - t0)
+        self._note_current(time.monotonic() - t0, {"start": started, **phases})
 
     def _close_current(self) -> None:
         for arm in self.arms.values():

@@ -206,10 +206,11 @@ def row_seed_for(index: int, key: str) -> int:
 
 
 def ready_pair(new: dict[str, Arm], first: dict[str, Arm], device: dict[str, Any], plan: Plan,
-               hashes: dict[str, Any], warm_calls: int, ignore_env: list[str]) -> None:
+               hashes: dict[str, Any], warm_calls: int, ignore_env: list[str]) -> dict[str, float]:
     """A fresh worker pair before its first round (kgate.measure.replicas): on the first pair's device, with the
     first pair's recorded environment per arm and its input hashes, every row warmed ``warm_calls`` times per arm
-    (output-gradient hashes equal across arms). A difference is an error, never a result."""
+    (output-gradient hashes equal across arms). A difference is an error, never a result. Returns the seconds of
+    its phases (``prepare``: inputs made and hashed in both arms at once; ``warm``: the warm calls)."""
     uuid = measure.check_same_device(list(new.values())).get("uuid")
     if uuid != device.get("uuid"):
         raise ProvenanceMismatch(f"a fresh worker pair runs on device {uuid}, the first ran on {device.get('uuid')}")
@@ -218,13 +219,18 @@ def ready_pair(new: dict[str, Arm], first: dict[str, Arm], device: dict[str, Any
         if diffs:
             raise KgateError(f"arm {name}: a fresh worker's recorded environment differs: {'; '.join(diffs)}")
     rows = {row.name: row for _k, row, _m, _r in plan.items}
+    t0 = time.monotonic()
     prepared = measure.ask_all(list(new.values()), "prepare", rows=[r.values for r in rows.values()])
     for rname in rows:
         measure.compare_hashes("input", rname, {"first pair": hashes[rname]["sha256"],
                                                 **{a: prepared[a][rname]["sha256"] for a in prepared}})
+    t1 = time.monotonic()
     for key, row, mode, _role in plan.items:
         warm = {a: new[a].request("warm", row=row.name, mode=mode, calls=warm_calls) for a in ("base", "cand")}
         measure.compare_hashes("output-gradient", key, {a: warm[a]["grad_hashes"] for a in warm})
+    phases = {"prepare": t1 - t0, "warm": time.monotonic() - t1}
+    measure.progress(f"fresh worker pair ready: prepare {phases['prepare']:.1f} s, warm {phases['warm']:.1f} s")
+    return phases
 
 
 # the stage
