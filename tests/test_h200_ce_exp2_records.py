@@ -82,12 +82,13 @@ def test_ten_real_rounds_leave_the_geomean_straddling_the_bar_and_the_run_open(t
     assert header["parts"]["candidate_sha"] == profiled["candidate_sha"] == _record("profile_candidate")["data"][
         "candidate_sha"], "the candidate commit is the same on both machines"
     keys = list(rounds[0]["rows"])
-    cfg = BenchConfig(bar=1.11, class_key=None, classes=(), endpoints=("dense",))
-    dec = stats.decide_bench({k: to_rounds(rounds, k) for k in keys}, cfg.controller(), gated=keys, bar=1.11)
+    bar = profiled["bar"]
+    cfg = BenchConfig(bar=bar, class_key=None, classes=(), endpoints=("dense",))
+    dec = stats.decide_bench({k: to_rounds(rounds, k) for k in keys}, cfg.controller(), gated=keys, bar=bar)
     classes = {k.split("_")[0]: d.classification for k, d in dec.rows.items()}
     assert classes == {"BT1024": AMBIGUOUS, "BT4096": FAST, "BT8192": FAST, "BT16384": FAST, "BT32768": FAST}
     assert dec.continue_ and dec.bar == stats.STRADDLES and dec.reason.endswith("between looks, the next at 11")
-    assert dec.geomean is not None and dec.geomean.lower < 1.11 < dec.geomean.upper
+    assert bar == 1.11 and dec.geomean is not None and dec.geomean.lower < bar < dec.geomean.upper
     path = tmp_path / "rounds.jsonl"
     shutil.copy(TEN, path)
     kept, note = checkpoints.resume(path, header["parts"])

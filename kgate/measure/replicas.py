@@ -14,8 +14,9 @@ workers at any time), then the stage's ``start`` starts a new pair and its
 per row: never inside a round). Each pair's history holds ``ready_s`` (start
 to ready) and ``phases_s``: ``start`` (processes up, environment recorded)
 and whatever phases ``ready`` returns (bench: ``prepare``, inputs made and
-hashed; ``warm``, warm calls), so a slow start says where its time went. Pairs are numbered over the whole checkpoint:
-a resumed run's first pair takes the number after the last recorded one
+hashed; ``warm``, warm calls), so a slow start says where its time went.
+Pairs are numbered over the whole checkpoint: a resumed run's first pair
+takes the number after the last recorded one
 (:meth:`WorkerPairs.number_from`), so rounds timed by the processes of a
 killed run are never taken for the new ones'. Every pair's workers are closed
 on the way out (:meth:`WorkerPairs.close`); a failure of the candidate's
