@@ -11,7 +11,8 @@ is GO only when every stage of the full protocol has a passing record, else
 INCONCLUSIVE naming the missing evidence; a campaign that declares no
 end-to-end workload (``model.none``) passes the model stage with nothing
 measured, and its GO sentence begins "kernel-level evidence only" (``evidence``). A forced run (past a STOP) keeps
-STOPPED and shows the would-be verdict beside it; its stages after a
+STOPPED and shows the would-be verdict beside it; ``forced_past`` lists the records a forced run walked past (a
+record that did not pass with a later stage's record beside it), empty when forcing changed nothing; its stages after a
 measuring stage's fail are not blocked by it (``protocol.lets_through``: the
 run collects the remaining evidence), while a failed integrity or
 correctness gate blocks them in a forced run too. ``--check`` exit codes:
@@ -43,6 +44,14 @@ def _fmt(g: dict[str, Any]) -> str:
     iv = g.get("interval")
     val = f"{g['value']}" + (f" [{iv[0]:.3f}, {iv[1]:.3f}]" if iv else "")
     return f"{g['name']} {g['status']}: {val} (required: {g['threshold']})"
+
+
+def _walked_past(stages: list[dict[str, Any]], gpu: str) -> list[str]:
+    """``stage (status)`` of each record that did not pass while a later stage has a record (CPU's
+    ``unavailable`` is not walked past: it blocks nothing there)."""
+    ran = [s for s in stages if s["status"] != "not_run"]
+    return [f"{s['stage']} ({s['status']})" for s in ran[:-1]
+            if s["status"] not in ("pass", "skip") and not (gpu == "cpu" and s["status"] == "unavailable")]
 
 
 def compute(records: list[dict[str, Any]], *, campaign: str, gpu: str, candidate: str | None,
@@ -102,6 +111,7 @@ def compute(records: list[dict[str, Any]], *, campaign: str, gpu: str, candidate
             absent = (by_stage.get("model") or {}).get("data", {}).get("declared_absent")
             if absent:
                 sentence = f"kernel-level evidence only (no end-to-end workload: {absent}); {sentence}"
+    forced_past = _walked_past(stages, gpu) if forced else []
     evidence = "kernel-level only" if (by_stage.get("model") or {}).get("data", {}).get("declared_absent") else None
     if forced and any(r["status"] == "stop" for r in records):
         # the would-be verdict: the same walk with every STOP read as a pass
@@ -116,7 +126,7 @@ def compute(records: list[dict[str, Any]], *, campaign: str, gpu: str, candidate
                         f"it would be {would_be} ({inner['sentence']})")
     return {"schema": VERDICT_SCHEMA, "campaign": campaign, "gpu": gpu, "candidate": candidate, "verdict": word,
             "would_be": would_be, "sentence": sentence, "evidence": evidence, "decided_by": decided, "forced": forced,
-            "stages": stages, "gates": gates}
+            "forced_past": forced_past, "stages": stages, "gates": gates}
 
 
 def check(campaign: str, gpu: str) -> int:

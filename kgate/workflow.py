@@ -151,3 +151,24 @@ def _flag(value: bool | str) -> bool:
 def status(path: str | Path) -> str:
     """Status of a finished record (read by the report's input function)."""
     return read_record(path)["status"]
+
+
+def force_flag(forced: bool, inputs: list[str]) -> str:
+    """A forced stage's ``--force`` (its rule's ``force`` param): given only when an input record does not let
+    the stage through unforced (``protocol.lets_through``), or is not there yet.
+
+    A changed param reruns a finished rule, so giving ``--force`` to every stage of a forced run would measure
+    again every stage whose inputs all passed (profile_candidate, bench from its checkpoint) when
+    ``force=true`` is added after an unforced run ended at an INCONCLUSIVE or a STOP; with the flag tied to
+    the inputs, such a run adds only the stages past that record. A stage that ran unforced records
+    ``forced: false``, which is what it was.
+    """
+    if not forced:
+        return ""
+    for path in inputs:
+        if not Path(path).exists():
+            return "--force"
+        rec = read_record(path)
+        if not protocol.lets_through(rec["stage"], rec["status"], False):
+            return "--force"
+    return ""

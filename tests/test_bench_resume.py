@@ -20,6 +20,7 @@ from conftest import REPO
 from test_worker import toy_env, toy_init, toy_worktree
 
 from kgate.errors import KgateError
+from kgate.gates.bench import replication
 from kgate.measure import checkpoints
 
 DRIVER = '''\
@@ -125,6 +126,16 @@ def test_a_killed_bench_resumes_at_its_last_round(tmp_path: Path, every: int | N
         # where a fresh pair's seconds went: its phases, each measured, together within its ready time
         assert all(set(h["phases_s"]) == {"start", "prepare", "warm"} and min(h["phases_s"].values()) > 0
                    and sum(h["phases_s"].values()) <= h["ready_s"] + 0.01 for h in history[1:])
+    # each round's line carries its pair's start-up seconds, so the record of the resumed run keeps the killed
+    # run's pairs' too: none for each run's first pair (started before any round), measured for every other
+    firsts = {pair[0], pair[k]}
+    assert all((r["pair_ready_s"] is None) == (r["pair"] in firsts) for r in rounds), [r["pair_ready_s"] for r in rounds]
+    rep = replication(rounds, every, history)
+    assert [p["pair"] for p in rep["pairs"]] == sorted(set(pair))
+    for p in rep["pairs"]:
+        mine = [r for r in rounds if r["pair"] == p["pair"]]
+        assert p["ready_s"] == mine[0]["pair_ready_s"] and p["phases_s"] == mine[0]["pair_phases_s"], p
+        assert (p["ready_s"] is None) == (p["pair"] in firsts), p
     third = subprocess.run(args, env=run_env, capture_output=True, text=True, timeout=300)
     assert json.loads(third.stdout.strip().splitlines()[-1])["resumed_from"] == n, "a finished bench runs no round"
     if every is not None:

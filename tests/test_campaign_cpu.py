@@ -8,6 +8,7 @@ itself part of what is tested.
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -52,6 +53,31 @@ def test_identity_candidate_passes_every_gate(rwkv6_workdir: Workflow) -> None:
     check = subprocess.run([sys.executable, "-m", "kgate", "verdict", "--check", CAMPAIGN, "--gpu", "cpu"],
                            cwd=rwkv6_workdir.workdir, capture_output=True, text=True)
     assert check.returncode == 3, check.stdout + check.stderr
+    # force=true added to a finished run measures nothing again: no input of a stage asks for it, so only the
+    # report (whose verdict says whether the run was forced) is redone
+    forced = rwkv6_workdir.run("candidate=overlay:kernels/rwkv6_bwd_fused/identity", "force=true", args=("-n",))
+    assert forced.returncode == 0, forced.stderr[-3000:]
+    assert set(ran_rules(forced)) <= {"report", "all"}, ran_rules(forced)
+
+
+def test_the_default_candidate_passes_every_gate_to_smoke(rwkv6_workdir: Workflow) -> None:
+    """The campaign as the README's first command runs it (its own fused candidate): every stage that measures on
+    CPU passes; the frozen gate ran under the Triton interpreter, the optimized rows ran the fused path and the
+    fallback rows were bit-identical to BENCH_BASE."""
+    proc = rwkv6_workdir.run()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    cid = candidate_id(CAMPAIGN)
+    verdict = rwkv6_workdir.verdict(CAMPAIGN)
+    assert verdict["verdict"] == "SMOKE" and verdict["candidate"] == cid, verdict["sentence"]
+    statuses = {s["stage"]: s["status"] for s in verdict["stages"]}
+    assert statuses == {**{s: "pass" for s in statuses}, "ncu": "unavailable"}, statuses
+    gate = rwkv6_workdir.record(CAMPAIGN, "candidate_gate", cid)
+    rows = {g["name"]: g["status"] for g in gate["gates"]}
+    assert rows["gate_tests_pass"] == rows["same_test_ids"] == rows["fallback_bit_identical"] == "pass", rows
+    assert gate["data"]["run"]["counts"].get("passed", 0) > 0 and gate["data"]["run"]["interpreter"]
+    outputs = json.loads((rwkv6_workdir.workdir / "results" / CAMPAIGN / "cpu" / "candidate_gate" / cid
+                          / "outputs.json").read_text())
+    assert {r["path"] for r in outputs["rows"]} == {"optimized", "fallback"}, outputs["rows"]
 
 
 def test_wrong_gradients_fail_the_candidate_gate(rwkv6_workdir: Workflow) -> None:
@@ -96,14 +122,17 @@ def test_bad_diff_stops_at_candidate_build(rwkv6_workdir: Workflow, overlay: str
 
 
 def test_editing_the_candidate_reruns_only_candidate_stages(rwkv6_workdir: Workflow, tmp_path) -> None:
-    """Snakemake's own dry run: after an edit of a candidate file only candidate stages and the report are due."""
+    """Snakemake's own dry run: after an edit of a candidate file only candidate stages and the report are due.
+    The first iteration runs up to its build (``--until candidate_build``): what is due after the edit is decided
+    by the candidate id, whatever stages the first iteration reached."""
     overlay = tmp_path / "cand"
     shutil.copytree(REPO / "kernels/rwkv6_bwd_fused/identity", overlay)
     with (overlay / "identity.py").open("a") as fh:
         fh.write("\n# iteration 1 of a candidate under edit\n")
-    rwkv6_workdir.run(f"candidate=overlay:{overlay}")
+    until = ("--until", "candidate_build")
+    assert rwkv6_workdir.run(f"candidate=overlay:{overlay}", args=until).returncode == 0
     first = candidate_id(CAMPAIGN, f"overlay:{overlay}")
-    quiet = rwkv6_workdir.run(f"candidate=overlay:{overlay}", args=("-n",))
+    quiet = rwkv6_workdir.run(f"candidate=overlay:{overlay}", args=("-n", *until))
     assert "Nothing to be done" in quiet.stdout + quiet.stderr
     with (overlay / "identity.py").open("a") as fh:
         fh.write("\n# an edit of the candidate\n")
@@ -112,7 +141,7 @@ def test_editing_the_candidate_reruns_only_candidate_stages(rwkv6_workdir: Workf
     dry = rwkv6_workdir.run(f"candidate=overlay:{overlay}", args=("-n",))
     jobs = _job_stats(dry.stdout + dry.stderr)
     assert jobs == {"candidate_build": 1, "report": 1, "all": 1}, jobs
-    assert first in rwkv6_workdir.candidate_ids(CAMPAIGN, "candidate_gate")
+    assert first in rwkv6_workdir.candidate_ids(CAMPAIGN, "candidate_build")
 
 
 def test_a_lost_record_is_measured_again_not_hidden_behind_the_report(rwkv6_workdir: Workflow) -> None:

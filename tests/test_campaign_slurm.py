@@ -1,13 +1,14 @@
 """Real campaigns through profiles/slurm-local on the local single-node cluster (scripts/slurm-local.sh).
 
-- The default campaign (rwkv6-bwd-fusion, CPU) runs to its SMOKE verdict: the
-  preflight (rule doctor) and every compute stage ran as its own Slurm job
-  (distinct job ids in the records, each job's log kept under its rule);
-  target and candidate_build ran on the submit host and say so.
 - The cheap second-op campaign's running baseline_tests job is cancelled with
   scancel: Snakemake fails with the CANCELLED message naming the job id and
-  its log; the same command again completes without redoing the preflight or
-  target; dry runs then show that the preflight never reruns a finished stage.
+  its log; the same command again completes to SMOKE without redoing the
+  preflight or target; dry runs then show that the preflight never reruns a
+  finished stage. In the finished run the preflight (rule doctor) and every
+  compute stage ran as its own Slurm job (distinct job ids in the records,
+  each job's log kept under its rule); target and candidate_build ran on the
+  submit host and say so. (The default campaign itself runs locally in the
+  shared workdir's tests: the Slurm path is the same for every campaign.)
 - A site problem that the preflight finds on the compute node fails the run
   before any stage, naming the check.
 
@@ -16,7 +17,6 @@ Snakemake runs under ``timeout -s INT``: SIGINT makes it scancel its jobs.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -28,7 +28,6 @@ from conftest import REPO, SDIST_CACHE, Workflow, candidate_id, job_state, ran_r
 
 from kgate import protocol, slurm
 
-DEFAULT = "rwkv6-bwd-fusion"
 SECOND_OP = "chunk-local-cumsum-identity"
 PROFILE = "profiles/slurm-local"
 
@@ -79,68 +78,9 @@ def snapshot(path: Path) -> tuple[str, int]:
     return path.read_text(), path.stat().st_mtime_ns
 
 
-def test_default_campaign_every_compute_stage_is_its_own_slurm_job(tmp_path) -> None:
-    t0 = time.monotonic()
-    proc = run(tmp_path)
-    took = time.monotonic() - t0
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    wf = Workflow(tmp_path)
-    cid = candidate_id(DEFAULT)
-    verdict = wf.verdict(DEFAULT)
-    assert verdict["verdict"] == "SMOKE" and verdict["candidate"] == cid, verdict["sentence"]
-
-    records = stage_records(wf, DEFAULT, cid)
-    ran = {s["stage"] for s in verdict["stages"] if s["status"] != "not_run"}
-    assert set(records) == ran | {protocol.PREFLIGHT}, (sorted(records), sorted(ran))
-    assert {"target", "baseline_tests", "fixture_freeze", "profile_baseline", "candidate_build", "candidate_gate",
-            "profile_candidate", "bench"} <= ran, sorted(ran)
-    compute = {s: r for s, r in records.items() if not r["provenance"]["local_rule"]}
-    local = {s: r for s, r in records.items() if r["provenance"]["local_rule"]}
-    assert {protocol.PREFLIGHT, "baseline_tests", "fixture_freeze", "profile_baseline", "candidate_gate",
-            "profile_candidate", "bench"} <= set(compute), sorted(compute)
-    assert {"target", "candidate_build"} <= set(local), sorted(local)
-    jobs = {s: r["provenance"]["slurm"] for s, r in compute.items()}
-    ids = [j["job_id"] for j in jobs.values()]
-    assert all(i and i.isdigit() for i in ids), jobs
-    assert len(set(ids)) == len(ids), f"one Slurm job per compute stage: {jobs}"
-    for stage, job in jobs.items():
-        assert job["node"] == "localhost" and job["partition"] == "debug", (stage, job)
-        # the job's log is kept under its own rule, named by the job id (slurm-keep-successful-logs)
-        assert [p.name for p in slurm_logs(tmp_path, stage)] == [f"{job['job_id']}.log"], stage
-    for stage, r in local.items():
-        assert not (r["provenance"]["slurm"] or {}).get("job_id"), stage
-        assert not slurm_logs(tmp_path, stage), f"{stage} is a local rule: no Slurm job"
-
-    # the campaign's fused candidate passed the frozen gate under the Triton interpreter (tiny fp32 cases),
-    # its optimized rows ran the fused path and its fallback rows were bit-identical to BENCH_BASE
-    gate_rec = records["candidate_gate"]
-    rows = {g["name"]: g["status"] for g in gate_rec["gates"]}
-    assert rows["gate_tests_pass"] == rows["same_test_ids"] == rows["fallback_bit_identical"] == "pass", rows
-    assert gate_rec["data"]["run"]["counts"].get("passed", 0) > 0 and gate_rec["data"]["run"]["interpreter"]
-    outputs = json.loads((tmp_path / "results" / DEFAULT / "cpu" / "candidate_gate" / cid / "outputs.json").read_text())
-    assert {r["path"] for r in outputs["rows"]} == {"optimized", "fallback"}, outputs["rows"]
-
-    # the preflight ran first, on the compute node, in its own job
-    doctor = records[protocol.PREFLIGHT]
-    gates = {g["name"]: g for g in doctor["gates"]}
-    assert doctor["status"] == "pass" and gates["device_class"]["status"] == "pass"
-    assert gates["compute_node"]["status"] == "pass" and jobs[protocol.PREFLIGHT]["job_id"] in gates["compute_node"]["value"]
-    assert gates["slurm_partition"]["status"] == "pass" and "'debug'" in gates["slurm_partition"]["value"]
-    assert gates["ncu"]["status"] == gates["gpu_arch"]["status"] == "skip", "a CPU run skips the GPU checks"
-    assert doctor["provenance"]["finished_utc"] <= records["target"]["provenance"]["started_utc"]
-
-    # the report names every stage's job
-    summary = (tmp_path / "reports" / DEFAULT / "cpu" / "summary.md").read_text()
-    for stage in ("baseline_tests", "candidate_gate", "bench"):
-        assert f"{stage}: slurm {jobs[stage]['job_id']} on localhost" in summary, stage
-    check = subprocess.run([sys.executable, "-m", "kgate", "verdict", "--check", DEFAULT, "--gpu", "cpu"],
-                           cwd=tmp_path, capture_output=True, text=True, timeout=60)
-    assert check.returncode == 3, check.stdout + check.stderr
-    print(f"[timing] default campaign through Slurm: {took:.1f} s; jobs: "
-          + ", ".join(f"{s}={j['job_id']}" for s, j in jobs.items()))
-
-
-def test_scancel_a_running_stage_then_the_same_command_resumes(tmp_path) -> None:
+def test_every_compute_stage_is_its_own_slurm_job_and_a_cancelled_one_resumes(tmp_path) -> None:
+    """The cheap campaign through Slurm: its running baseline_tests job is cancelled, the same command completes
+    the run, and then every compute stage of the finished run was its own Slurm job."""
     config = (f"campaign={SECOND_OP}",)
     results = tmp_path / "results" / SECOND_OP / "cpu"
     t0 = time.monotonic()
@@ -195,7 +135,58 @@ def test_scancel_a_running_stage_then_the_same_command_resumes(tmp_path) -> None
     dry = run(tmp_path, *config, args=("-n", "--forcerun", "doctor"), limit_s=300, name="dry-forced")
     assert dry.returncode == 0, dry.stderr[-3000:]
     assert ran_rules(dry) == ["doctor"], ran_rules(dry)
+    check_jobs(tmp_path, SECOND_OP, cancelled=job)
     print(f"[timing] run until the cancel was reported: {t1 - t0:.1f} s; rerun to SMOKE: {t2 - t1:.1f} s")
+
+
+def check_jobs(workdir: Path, campaign: str, cancelled: str) -> None:
+    """The preflight and every compute stage ran as its own Slurm job (distinct job ids in the records, each
+    job's log kept under its rule; the cancelled job's log kept beside its rerun's), target and candidate_build
+    on the submit host, the preflight first and on the compute node; the report names every stage's job."""
+    wf = Workflow(workdir)
+    cid = candidate_id(campaign)
+    verdict = wf.verdict(campaign)
+    assert verdict["verdict"] == "SMOKE" and verdict["candidate"] == cid, verdict["sentence"]
+    records = stage_records(wf, campaign, cid)
+    ran = {s["stage"] for s in verdict["stages"] if s["status"] != "not_run"}
+    assert set(records) == ran | {protocol.PREFLIGHT}, (sorted(records), sorted(ran))
+    assert set(protocol.STAGES) == ran, sorted(ran)
+    compute = {s: r for s, r in records.items() if not r["provenance"]["local_rule"]}
+    local = {s: r for s, r in records.items() if r["provenance"]["local_rule"]}
+    assert set(compute) == protocol.GPU_STAGES, sorted(compute)
+    assert set(local) == {"target", "candidate_build"}, sorted(local)
+    jobs = {s: r["provenance"]["slurm"] for s, r in compute.items()}
+    ids = [j["job_id"] for j in jobs.values()]
+    assert all(i and i.isdigit() for i in ids), jobs
+    assert len(set(ids)) == len(ids) and cancelled not in ids, f"one Slurm job per compute stage: {jobs}"
+    for stage, job in jobs.items():
+        assert job["node"] == "localhost" and job["partition"] == "debug", (stage, job)
+        # the job's log is kept under its own rule, named by the job id (slurm-keep-successful-logs)
+        kept = [p.name for p in slurm_logs(workdir, stage)]
+        assert kept == sorted([f"{job['job_id']}.log"] + ([f"{cancelled}.log"] if stage == "baseline_tests" else [])), (
+            stage, kept)
+    for stage, r in local.items():
+        assert not (r["provenance"]["slurm"] or {}).get("job_id"), stage
+        assert not slurm_logs(workdir, stage), f"{stage} is a local rule: no Slurm job"
+    gate_rec = records["candidate_gate"]
+    assert gate_rec["data"]["run"]["counts"].get("passed", 0) > 0 and gate_rec["data"]["run"]["interpreter"]
+
+    doctor = records[protocol.PREFLIGHT]
+    gates = {g["name"]: g for g in doctor["gates"]}
+    assert doctor["status"] == "pass" and gates["device_class"]["status"] == "pass"
+    assert gates["compute_node"]["status"] == "pass" and jobs[protocol.PREFLIGHT]["job_id"] in gates["compute_node"]["value"]
+    assert gates["slurm_partition"]["status"] == "pass" and "'debug'" in gates["slurm_partition"]["value"]
+    assert gates["ncu"]["status"] == gates["gpu_arch"]["status"] == "skip", "a CPU run skips the GPU checks"
+    assert doctor["provenance"]["finished_utc"] <= records["target"]["provenance"]["started_utc"]
+
+    summary = (workdir / "reports" / campaign / "cpu" / "summary.md").read_text()
+    for stage in ("baseline_tests", "candidate_gate", "bench"):
+        assert f"{stage}: slurm {jobs[stage]['job_id']} on localhost" in summary, stage
+    check = subprocess.run([sys.executable, "-m", "kgate", "verdict", "--check", campaign, "--gpu", "cpu"],
+                           cwd=workdir, capture_output=True, text=True, timeout=60)
+    assert check.returncode == 3, check.stdout + check.stderr
+
+
 
 
 def test_preflight_failure_on_the_compute_node_stops_before_any_stage(tmp_path) -> None:

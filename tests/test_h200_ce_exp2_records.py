@@ -1,6 +1,7 @@
-"""Real records of the liger-ce-exp2-1266 replay on an H200, run through bench's first round before the device
-time ran out (tests/data/bench/h200_liger_ce_exp2_to_bench/README.md): what kgate reads from them must agree
-with what the stages decided, and the interrupted benchmark must resume from its checkpoint."""
+"""Real records of the liger-ce-exp2-1266 replay on H200s (tests/data/bench/h200_liger_ce_exp2_to_bench/README.md):
+runs cut short by the device time at 1 and 10 rounds, and the run to its verdict at the cap of 15. What kgate
+reads from them must agree with what the stages decided, and an interrupted benchmark must resume from its
+checkpoint."""
 
 from __future__ import annotations
 
@@ -95,3 +96,43 @@ def test_ten_real_rounds_leave_the_geomean_straddling_the_bar_and_the_run_open(t
     assert len(kept) == 10 and note == "resumed after 10 recorded round(s)"
     kept, note = checkpoints.resume(path, dict(header["parts"], device="another-gpu"))
     assert kept == [] and note.startswith("set aside rounds.stale-")
+
+
+FIFTEEN = DATA / "bench.rounds-fifteen.jsonl"
+
+
+def test_fifteen_real_rounds_end_at_the_cap_inconclusive_never_failed() -> None:
+    """The run to the verdict (2026-12-03, tests/data/records/h200_liger_ce_exp2_inconclusive): fifteen valid
+    rounds, a fresh worker pair each. At the cap the small row is still AMBIGUOUS and the geomean's interval
+    still straddles the bar: the stopping rule stops there, and a straddle is inconclusive, never a fail. The
+    bench record of that run says the same from the same rounds."""
+    header, rounds = checkpoints.read_lines(FIFTEEN)
+    assert header is not None and len(rounds) == 15 and len({r["pair"] for r in rounds}) == 15
+    assert all(r["exclusive"]["checked"] for r in rounds)
+    record = json.loads((DATA / "bench-unforced.json").read_text())
+    assert header["parts"]["candidate_sha"] == record["data"]["candidate_sha"]
+    keys = list(rounds[0]["rows"])
+    bar = record["data"]["bar"]
+    cfg = BenchConfig(bar=bar, class_key=None, classes=(), endpoints=("dense",))
+    dec = stats.decide_bench({k: to_rounds(rounds, k) for k in keys}, cfg.controller(), gated=keys, bar=bar)
+    classes = {k.split("_")[0]: d.classification for k, d in dec.rows.items()}
+    assert classes == {"BT1024": AMBIGUOUS, "BT4096": FAST, "BT8192": FAST, "BT16384": FAST, "BT32768": FAST}
+    assert not dec.continue_ and dec.bar == stats.STRADDLES and "cap of 15" in dec.reason
+    assert dec.geomean.lower < bar < dec.geomean.upper
+    gate = _gate(record, "geomean_speedup")
+    assert record["status"] == gate["status"] == "inconclusive"
+    assert math.isclose(gate["value"], dec.geomean.speedup, rel_tol=1e-6)
+    assert [round(x, 3) for x in gate["interval"]] == [round(dec.geomean.lower, 3), round(dec.geomean.upper, 3)]
+
+
+def test_each_fresh_pair_says_where_its_start_up_went() -> None:
+    """The unforced bench record (the call that resumed at round 5 and ran to the cap): each fresh pair of that
+    call has its ready time split into start, prepare and warm; the rounds of the earlier call, from a
+    checkpoint written before the pairs' seconds were kept in it, have none."""
+    pairs = json.loads((DATA / "bench-unforced.json").read_text())["data"]["replication"]["pairs"]
+    timed = [p for p in pairs if p["ready_s"] is not None]
+    assert [p["pair"] for p in timed] == list(range(5, 15))
+    for p in timed:
+        assert set(p["phases_s"]) == {"start", "prepare", "warm"}
+        assert sum(p["phases_s"].values()) <= p["ready_s"] + 0.01
+        assert p["phases_s"]["prepare"] > p["phases_s"]["start"] > p["phases_s"]["warm"] > 0

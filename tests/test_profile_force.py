@@ -19,6 +19,7 @@ from conftest import REPO, candidate_id
 
 from kgate.errors import IncompleteData
 from kgate.stages import common as stage
+from kgate.workflow import force_flag
 
 CAMPAIGN = "rwkv6-bwd-fusion"
 
@@ -107,3 +108,17 @@ def test_a_forced_run_walks_past_a_measured_fail_but_not_a_failed_correctness_ga
         write_record(tmp_path, name, status, t0 + 10 * i, cid if i >= 4 else None)
     assert dry_run(tmp_path) == {"report": 1, "all": 1}
     assert dry_run(tmp_path, "force=True") == forced_jobs
+
+
+def test_a_stage_gets_force_only_when_an_input_needs_it(tmp_path: Path) -> None:
+    """The measuring rules' ``force`` param (kgate.workflow.force_flag): in a forced run, ``--force`` only for a
+    stage with an input record that would block it unforced, or that is not there yet; so adding force=true
+    after an unforced run changes no param of a stage whose inputs passed (Snakemake would rerun it)."""
+    t = time.time()
+    passed = [str(write_record(tmp_path, s, "pass", t)) for s in ("fixture_freeze", "profile_baseline")]
+    stopped = str(write_record(tmp_path, "profile_candidate", "stop", t, "0123456789ab"))
+    inconclusive = str(write_record(tmp_path, "bench", "inconclusive", t, "0123456789ab"))
+    assert force_flag(True, passed) == ""
+    assert force_flag(True, [*passed, stopped]) == force_flag(True, [*passed, inconclusive]) == "--force"
+    assert force_flag(True, [*passed, str(tmp_path / "missing" / "record.json")]) == "--force"
+    assert force_flag(False, [*passed, stopped]) == ""

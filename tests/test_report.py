@@ -53,6 +53,9 @@ JUNIT_TOTALS = {
     # 40 gates (the STOP, four gates without dispatch rows or helper and two bench gates without rows skipped;
     # bench's geomean failed) and ncu, model not run yet
     "h200_large_rows_forced_bench": (42, 1, 9, 0),
+    # 48 gates, none failed (bench's three inconclusive and seven gates without rows, classes or helper are
+    # skipped), every stage ran: the forced run collected ncu and model past an INCONCLUSIVE bench
+    "h200_liger_ce_exp2_inconclusive": (48, 0, 10, 0),
 }
 REAL = "h200_upstream_baseline_fail"
 STOPPED = "h200_default_profile_stop"
@@ -630,6 +633,39 @@ class TestRealH200UpstreamCoverage:
         assert failure is not None and "BT64-D128-dense" in failure.text
 
 
+CE_EXP2 = "h200_liger_ce_exp2_inconclusive"
+
+
+class TestRealH200ForcedPastInconclusive:
+    """A real forced H200 run of a non-fla in-place replay: bench INCONCLUSIVE, ncu and model collected past it."""
+
+    def test_the_forced_run_names_the_inconclusive_bench_it_walked_past(self, tmp_path: Path) -> None:
+        verdict, records, _ = load(CE_EXP2)
+        ordered = [next(r for r in records if r["stage"] == s) for s in protocol.STAGES]
+        expected = verdict_mod.compute(ordered, campaign="liger-ce-exp2-1266", gpu="h200", candidate="760d446ef70c",
+                                       forced=True)
+        for key in ("verdict", "would_be", "decided_by", "sentence", "forced_past", "gates", "stages"):
+            assert verdict[key] == expected[key], key
+        assert (expected["verdict"], expected["would_be"], expected["forced_past"]) == (
+            "INCONCLUSIVE", None, ["bench (inconclusive)"])
+        report.render(verdict, records, tmp_path)
+        summary = (tmp_path / "summary.md").read_text()
+        assert "> **Forced run** past bench (inconclusive): never GO." in summary
+        page = Page((tmp_path / "index.html").read_text()).text
+        assert "Forced run past bench (inconclusive)." in page and "FORCED RUN" in page
+        assert "past a STOP" not in summary + page
+
+    def test_a_forced_run_that_walked_past_nothing_shows_no_forced_warning(self, tmp_path: Path) -> None:
+        """The same records up to bench, forced: bench is the last record, so nothing was walked past."""
+        _, records, _ = load(CE_EXP2)
+        upto = [next(r for r in records if r["stage"] == s) for s in protocol.STAGES[:protocol.STAGES.index("bench") + 1]]
+        v = verdict_mod.compute(upto, campaign="liger-ce-exp2-1266", gpu="h200", candidate="760d446ef70c", forced=True)
+        assert v["forced"] and v["forced_past"] == [] and v["verdict"] == "INCONCLUSIVE"
+        report.render(v, upto, tmp_path)
+        assert "Forced run" not in (tmp_path / "summary.md").read_text()
+        assert "FORCED RUN" not in Page((tmp_path / "index.html").read_text()).text
+
+
 def test_a_large_data_value_is_named_with_its_size() -> None:
     """Values over GENERIC_MAX_CHARS become one line; a large mapping is folded key by key."""
     big = [{"kernel": f"k{i}", "n_regs": i} for i in range(2000)]
@@ -667,6 +703,10 @@ class TestLinks:
         # a test run's log, JUnit and outcomes files are links too
         named |= {run[k] for r in records for run in r["data"].values() if isinstance(run, dict) and "tests" in run
                   for k in ("log", "junit", "outcomes") if run.get(k)}
+        # an ncu pass's report and Nsight Compute's own log are links
+        named |= {run[k] for r in records if r["stage"] == "ncu" for row in r["data"].get("rows") or []
+                  for passes in (row.get("passes") or {}).values() for run in passes.values()
+                  for k in ("rep", "ncu_log") if run.get(k)}
         # absolute paths under the folder the run was in (another machine's) are read relative to it
         named = {repo_relative(p, records) for p in named}
         assert not any(p.startswith("/") for p in named)

@@ -125,3 +125,18 @@ def test_a_forced_run_does_not_walk_past_a_failed_gate() -> None:
     unforced = protocol_verdict(records[:4])
     assert all(s["why"].startswith("blocked by profile_baseline") for s in unforced["stages"]
                if s["status"] == "not_run")
+
+
+def test_a_forced_run_names_what_it_walked_past_and_nothing_when_it_walked_past_nothing() -> None:
+    """``forced_past``: each record that did not pass with a later stage's record beside it. A forced run whose
+    last record is its only non-pass walked past nothing (the report then shows no forced-run warning); an
+    unforced run lists nothing; CPU's unavailable ncu blocks nothing there, so it is not walked past."""
+    v = protocol_verdict(h200(len(protocol.STAGES), profile_baseline="stop", bench="inconclusive"), forced=True)
+    assert v["forced_past"] == ["profile_baseline (stop)", "bench (inconclusive)"]
+    v = protocol_verdict(h200(protocol.STAGES.index("bench") + 1, bench="inconclusive"), forced=True)
+    assert v["forced"] and v["forced_past"] == [] and v["verdict"] == "INCONCLUSIVE"
+    v = protocol_verdict(h200(len(protocol.STAGES), bench="fail"))
+    assert v["forced_past"] == []
+    cpu = [rec(s, "unavailable" if s == "ncu" else "pass") for s in protocol.STAGES]
+    v = verdict.compute(cpu, campaign="c", gpu="cpu", candidate="0123456789ab", forced=True)
+    assert v["verdict"] == "SMOKE" and v["forced_past"] == []

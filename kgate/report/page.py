@@ -102,6 +102,7 @@ class Model:
     sentence: str
     sentence_head: str
     forced: bool
+    forced_past: tuple[str, ...]
     would_be: str | None
     cpu: bool
     links: Links
@@ -211,6 +212,7 @@ def build_model(
         sentence=clean(verdict.get("sentence") or ""),
         sentence_head=_head(clean(verdict.get("sentence") or ""), SENTENCE_HEAD),
         forced=bool(verdict.get("forced")),
+        forced_past=_forced_past(verdict),
         would_be=clean(verdict["would_be"]) if verdict.get("would_be") else None,
         cpu=cpu,
         links=links,
@@ -271,6 +273,14 @@ def _headline(
     if not_run:
         others.append(f"{not_run} stage{'s' if not_run > 1 else ''} not run")
     return {"kind": "tally", "big": f"{counts['pass']} of {len(gates)} gates pass", "note": " · ".join(others)}
+
+
+def _forced_past(verdict: dict[str, Any]) -> tuple[str, ...]:
+    """What a forced run walked past (``kgate.verdict``'s ``forced_past``; a verdict written before that key
+    existed said only that it was forced past a STOP)."""
+    if not verdict.get("forced"):
+        return ()
+    return tuple(clean(x) for x in verdict.get("forced_past", ["a STOP"]))
 
 
 def _reason(decisive: Gate | None, sentence: str, forced: bool, would_be: Any) -> str:

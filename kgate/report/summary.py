@@ -31,9 +31,9 @@ def render_summary(model: Model) -> str:
         lines += ["> **CPU smoke run:** timings are not meaningful, and a CPU run never yields GO.", ""]
     elif model.cpu:
         lines += ["> **CPU run:** timings are not meaningful (correctness results stand); a CPU run never yields GO.", ""]
-    if model.forced:
+    if model.forced_past:
         would = f" (would be {md_escape(model.would_be)})" if model.would_be else ""
-        lines += [f"> **Forced run** past a STOP: never GO{would}.", ""]
+        lines += [f"> **Forced run** past {md_escape(', '.join(model.forced_past))}: never GO{would}.", ""]
     lines += ["| stage | gate | threshold | measured | status |", "|---|---|---|---|---|"]
     for g in model.gates:
         measured = g.value + (f" {g.interval}" if g.interval else "")

@@ -173,7 +173,8 @@ def run_rounds(pairs: WorkerPairs, plan: Plan, samples: int, telemetry: measure.
         fresh_inputs(index, pairs.arms, plan)
         rnd = time_round(index, pairs.arms, plan, samples, telemetry, hold=key_parts.get("timer") == "host_ahead")
         rnd["outputs"] = timed_outputs(index, pairs.arms, plan)
-        rnd.update(pair=pairs.pair, pids=pairs.pids)
+        rnd.update(pair=pairs.pair, pids=pairs.pids, pair_ready_s=pairs.history[-1]["ready_s"] or None,
+                   pair_phases_s=pairs.history[-1]["phases_s"])
         rnd["exclusive"] = measure.foreign_processes(telemetry.compute_apps(), pairs.ours)
         checkpoints.append_line(ckpt, rnd)
         recorded.append(rnd)

@@ -16,7 +16,7 @@ checkpoint bench:
         overrides=OVERRIDES,
         contract=RUN.campaign.section_hash("measure", "bench"),
         inputs=measure_inputs,
-        force="--force" if RUN.force else "",
+        force=force,
     resources:
         gpu=1,
     shell:

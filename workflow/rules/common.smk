@@ -6,7 +6,7 @@ from kgate.errors import KgateError
 from kgate.measure.rows import inputs_fingerprint
 from kgate.protocol import gated_walk
 from kgate.source import overlay
-from kgate.workflow import claim_directory, open_epoch, resolve, status
+from kgate.workflow import claim_directory, force_flag, open_epoch, resolve, status
 
 # The main Snakemake process holds its claim on the directory for its whole life; a run killed with its process
 # group leaves Snakemake's lock files behind, and the next run that finds no live kgate run removes them
@@ -63,6 +63,12 @@ def measure_inputs(wildcards):
 def fixture_hash(wildcards):
     """Content hash of the fixture overlay variant this target selects: fixture_freeze's `fixture` param."""
     return overlay.content_hash(RUN.campaign.data["fixture"]["overlay"], RUN.campaign.target_identity)
+
+
+def force(wildcards, input):
+    """`--force` for a stage of a forced run whose input records need it (kgate.workflow.force_flag): the
+    measuring stages' `force` param, so adding force=true reruns no stage whose inputs all passed."""
+    return force_flag(RUN.force, list(input))
 
 
 def gated_records(wildcards):

@@ -21,7 +21,7 @@ checkpoint model:
         overrides=OVERRIDES,
         contract=RUN.campaign.section_hash("model"),
         sdist_cache=RUN.config.get("sdist_cache", "work/cache/sdists"),
-        force="--force" if RUN.force else "",
+        force=force,
     resources:
         gpu=1,
     shell:

@@ -18,7 +18,7 @@ checkpoint ncu:
         overrides=OVERRIDES,
         contract=RUN.campaign.section_hash("measure", "ncu"),
         inputs=measure_inputs,
-        force="--force" if RUN.force else "",
+        force=force,
     resources:
         gpu=1,
     shell:

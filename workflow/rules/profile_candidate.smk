@@ -16,7 +16,7 @@ checkpoint profile_candidate:
         overrides=OVERRIDES,
         contract=RUN.campaign.section_hash("measure", "profile"),
         inputs=measure_inputs,
-        force="--force" if RUN.force else "",
+        force=force,
     resources:
         gpu=1,
     shell:
