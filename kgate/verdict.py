@@ -10,12 +10,14 @@ run stays a smoke. If every stage that ran passed: on CPU the verdict is SMOKE
 is GO only when every stage of the full protocol has a passing record, else
 INCONCLUSIVE naming the missing evidence; a campaign that declares no
 end-to-end workload (``model.none``) passes the model stage with nothing
-measured, and its GO sentence begins "kernel-level evidence only" (``evidence``). A forced run (past a STOP) keeps
-STOPPED and shows the would-be verdict beside it; ``forced_past`` lists the records a forced run walked past (a
-record that did not pass with a later stage's record beside it), empty when forcing changed nothing; its stages after a
-measuring stage's fail are not blocked by it (``protocol.lets_through``: the
-run collects the remaining evidence), while a failed integrity or
-correctness gate blocks them in a forced run too. ``--check`` exit codes:
+measured, and its GO sentence begins "kernel-level evidence only"
+(``evidence``). A forced run (past a STOP) keeps STOPPED and shows the
+would-be verdict beside it; its stages after a measuring stage's fail are not
+blocked by it (``protocol.lets_through``: the run collects the remaining
+evidence), while a failed integrity or correctness gate blocks them in a
+forced run too. ``forced_past`` lists what a forced run walked past (each
+record that did not pass with a later stage's record beside it), empty when
+forcing changed nothing. ``--check`` exit codes:
 0 GO, 1 NO-GO or STOPPED, 3 INCONCLUSIVE or SMOKE, 2 error.
 """
 

@@ -154,14 +154,16 @@ def status(path: str | Path) -> str:
 
 
 def force_flag(forced: bool, inputs: list[str]) -> str:
-    """A forced stage's ``--force`` (its rule's ``force`` param): given only when an input record does not let
-    the stage through unforced (``protocol.lets_through``), or is not there yet.
+    """A forced stage's ``--force``: given only when one of its input records does not let it through unforced
+    (``protocol.lets_through``), or is not there yet.
 
-    A changed param reruns a finished rule, so giving ``--force`` to every stage of a forced run would measure
-    again every stage whose inputs all passed (profile_candidate, bench from its checkpoint) when
-    ``force=true`` is added after an unforced run ended at an INCONCLUSIVE or a STOP; with the flag tied to
-    the inputs, such a run adds only the stages past that record. A stage that ran unforced records
-    ``forced: false``, which is what it was.
+    The measuring rules compute it from the job's inputs (``force`` in workflow/rules/common.smk). Snakemake
+    leaves a param derived from input files out of its params-changed rerun trigger, so turning ``force=true``
+    on or off never reruns a finished stage by itself: added after a run that ended at an INCONCLUSIVE or a
+    STOP, it runs only the stages past that record. (As a plain param of every measuring rule it re-measured
+    profile_candidate and rewrote bench's record in that case.) A stage that ran without ``--force`` records
+    ``forced: false``, which is what it was. Limit: metadata that an older kgate wrote with the plain param
+    makes Snakemake rerun those stages once.
     """
     if not forced:
         return ""

@@ -66,8 +66,9 @@ def fixture_hash(wildcards):
 
 
 def force(wildcards, input):
-    """`--force` for a stage of a forced run whose input records need it (kgate.workflow.force_flag): the
-    measuring stages' `force` param, so adding force=true reruns no stage whose inputs all passed."""
+    """The measuring stages' `force` param: `--force` when a forced run's input records need it
+    (kgate.workflow.force_flag). Derived from the input files, it is outside Snakemake's params-changed trigger,
+    so adding force=true reruns no stage whose inputs passed."""
     return force_flag(RUN.force, list(input))
 
 
