@@ -94,6 +94,33 @@ def _fill_defaults(node: Any, sch: dict[str, Any]) -> Any:
     return node
 
 
+def _off(value: Any) -> bool:
+    return value is None or value is False or (isinstance(value, (list, dict)) and not value)
+
+
+def without_off_defaults(node: Any, sch: dict[str, Any]) -> Any:
+    """``node`` without every key whose value is its schema default where that default is *off* (null, false,
+    an empty list or mapping), recursively, and without optional sections left empty by that.
+
+    What kgate.epochs hashes as the contract: a kgate that adds a key whose default is off (a feature that does
+    nothing until a campaign sets it), and a campaign that writes such a default out, hash as before. A default
+    that is on (a number, a string, a non-empty list) stays in: a kgate that changes it changes the contract.
+    """
+    if not isinstance(node, dict) or sch.get("type") != "object":
+        return node
+    out = {}
+    for key, value in node.items():
+        sub = sch.get("properties", {}).get(key, {})
+        default = sub.get("default", ...)
+        if _off(default) and type(value) is type(default) and value == default:
+            continue
+        pruned = without_off_defaults(value, sub)
+        if pruned == {} and value != {} and sub.get("type") == "object" and "default" not in sub:
+            continue
+        out[key] = pruned
+    return out
+
+
 def todos(node: Any, prefix: str = "") -> list[tuple[str, str]]:
     """Every value still marked ``TODO_MARK``: (dotted key, what to fill in), in file order."""
     if isinstance(node, str):

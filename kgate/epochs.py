@@ -8,7 +8,11 @@ hash), the frozen set, the dispatch classes, and every threshold and row
 section, with the input generator's and the reference's files). Each part
 is hashed separately (sha256 over canonical JSON plus file contents); the
 contract's digest hashes the parts. The candidate, the hypothesis, the
-notes and where the target keeps its caches (``cache``) are not part of it.
+notes and where the target keeps its caches (``cache``) are not part of it,
+nor is a key at its schema default where that default is off (null, false,
+empty: ``kgate.campaign.without_off_defaults``), so a kgate that adds such a
+key keeps every existing contract; a default that is on (a threshold) is
+hashed, so a kgate that changes one changes the contract.
 
 The ledger ``results/<campaign>/epochs.json`` (schema kgate.epochs/1) lists
 the epochs. ``check`` compares the current contract with the latest epoch:
@@ -38,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from kgate import paths
-from kgate.campaign import Campaign
+from kgate.campaign import Campaign, schema, without_off_defaults
 from kgate.errors import ConfigError, ProvenanceMismatch
 from kgate.records import read_versioned, write_json
 from kgate.source import overlay
@@ -81,7 +85,7 @@ def _files(path: Path) -> list[bytes]:
 
 def contract(c: Campaign) -> Contract:
     """Hash the campaign's contract (see the module docstring)."""
-    d = c.data
+    d = without_off_defaults(c.data, schema("campaign"))
     target = json.loads(json.dumps(d["target"]))
     target.get("repo", {}).pop("path", None)
     suites = [paths.PROJECT / s for s in (target.get("pypi") or {}).get("gate_suite") or []]

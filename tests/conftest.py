@@ -1,8 +1,8 @@
 """Shared fixtures: running real campaigns through Snakemake in a scratch workdir.
 
-The suite runs in two pytest-xdist workers (pyproject: ``-n 2 --dist loadscope``): a
-campaign mostly keeps one core busy, and Slurm-bound tests often wait for the
-cluster, so two workers overlap them. ``UNITS`` below says what must stay
+The suite runs in three pytest-xdist workers (pyproject: ``-n 3 --dist loadscope``) on
+CI's two cores: a campaign mostly keeps one core busy, and Slurm-bound tests often
+wait for the cluster's status polling, so a third worker fills those waits. ``UNITS`` below says what must stay
 together on one worker; ``-n 0`` runs everything serially in the same order.
 """
 
@@ -28,10 +28,9 @@ SDIST_CACHE = REPO / "work" / "cache" / "sdists"
 SLURM_UNIT = "slurm-cluster"       # the local cluster has two CPUs: one Slurm-bound test at a time
 RWKV6_UNIT = "rwkv6-workdir"       # the tests sharing the session's default-campaign workdir and its baseline
 UNITS: dict[str, tuple[str, ...]] = {
-    SLURM_UNIT: ("tests/test_campaign_slurm.py::", "tests/test_lanes.py::", "tests/test_slurm_cluster.py::",
+    SLURM_UNIT: ("tests/test_campaign_slurm.py::", "tests/test_slurm_cluster.py::",
                  "tests/test_doctor.py::test_cluster_"),
-    RWKV6_UNIT: ("tests/test_bench_campaign.py::", "tests/test_campaign_cpu.py::", "tests/test_report_campaign.py::",
-                 "tests/test_gate_integrity.py::"),
+    RWKV6_UNIT: ("tests/test_bench_campaign.py::", "tests/test_campaign_cpu.py::", "tests/test_report_campaign.py::"),
 }
 
 # pytest-xdist sets these in its workers; a gate's own pytest run reads PYTEST_XDIST_WORKER to tell

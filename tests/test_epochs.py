@@ -8,6 +8,7 @@ epoch opens, the old epoch's records are kept, and every record names its epoch.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -60,6 +61,24 @@ def test_contract_parts_name_what_changed(tmp_path: Path) -> None:
     # the candidate is what is judged, not part of the contract
     cand = epochs.contract(campaign_mod.load(CAMPAIGN, {"candidate": "overlay:kernels/rwkv6_bwd_fused/identity"}))
     assert cand == base
+
+
+def test_a_key_at_an_off_default_is_outside_the_contract(tmp_path: Path) -> None:
+    """A kgate that adds a key whose default is off (here gate.restore_env: []) keeps every frozen contract, as
+    does a campaign writing that default out; setting it, or changing a default that is on, changes the part."""
+    c = campaign_mod.load(CAMPAIGN)
+    base = epochs.contract(c)
+    assert c.data["gate"]["restore_env"] == [] and c.data["gate"]["env"] == {}
+    older = json.loads(json.dumps(c.data))          # as a kgate without the key loaded it
+    del older["gate"]["restore_env"]
+    assert epochs.contract(dataclasses.replace(c, data=older)) == base
+    written = epochs.contract(campaign_mod.load(_edited_campaign(tmp_path, gate__restore_env=[], gate__env={})))
+    assert written == base
+    on = epochs.contract(campaign_mod.load(_edited_campaign(tmp_path, gate__restore_env=["FLA_USE_TMA"])))
+    assert [k for k in base.parts if base.parts[k] != on.parts[k]] == ["gate"]
+    bar = json.loads(json.dumps(c.data))
+    bar["bench"]["resolution"] = bar["bench"]["resolution"] + 0.01
+    assert epochs.contract(dataclasses.replace(c, data=bar)).parts["thresholds"] != base.parts["thresholds"]
 
 
 @pytest.mark.campaign

@@ -145,6 +145,23 @@ def test_gate_env_is_set_in_every_test_process(tmp_path: Path, monkeypatch: pyte
     assert run.test_env.get("KG_ORDER_FLAG") == "serial-order"
 
 
+def test_gate_restore_env_gives_every_test_the_same_start_under_xdist(tmp_path: Path) -> None:
+    """Tests that set a variable and never restore it: under xdist each worker's later tests see the leftover;
+    gate.restore_env puts it back after every test, and the run's recorded command says so."""
+    root = tree(tmp_path, {**TOY, "tests/test_a.py": (
+        "import os\nimport pytest\n"
+        "@pytest.mark.parametrize('i', range(6))\n"
+        "def test_leaks(i):\n"
+        "    assert 'KG_LEAK' not in os.environ, os.environ['KG_LEAK']\n"
+        "    os.environ['KG_LEAK'] = str(i)\n")})
+    bare = gate.run(spec(workers=2, env_record=("KG_*",)), root, tmp_path / "o1", tmp_path / "cache", tag="t")
+    assert len(bare.bad_ids) >= 4, bare.summary()          # at most one first test per worker passes
+    run = gate.run(spec(workers=2, env_record=("KG_*",), restore_env=("KG_LEAK",)), root, tmp_path / "o2",
+                   tmp_path / "cache", tag="t")
+    assert run.green and run.counts == {"passed": 6}, run.summary()
+    assert "--kgate-restore-env=KG_LEAK" in run.command and "-n" in run.command
+
+
 def test_gate_env_may_not_set_a_forbidden_variable(tmp_path: Path) -> None:
     root = tree(tmp_path, {**TOY, "tests/test_a.py": "def test_x():\n    pass\n"})
     with pytest.raises(ConfigError, match="gate.env: FLA_CI_ENV is also in gate.forbid_env"):

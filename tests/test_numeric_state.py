@@ -110,6 +110,63 @@ def test_the_pytest_plugin_records_each_tests_changes_and_the_end_state(tmp_path
     assert state["numerics_state"]["torch.get_float32_matmul_precision()"] == "highest"
 
 
+LEAKY = '''
+import os
+
+
+def test_sets_it():
+    os.environ["TOY_USE_TMA"] = "1"
+
+
+def test_sets_it_too():
+    os.environ["TOY_USE_TMA"] = "1"
+
+
+def test_starts_without_it():
+    assert "TOY_USE_TMA" not in os.environ
+'''
+
+
+def _leaky_run(tmp_path: Path, order: list[str], restore: bool) -> tuple[int, dict]:
+    """One serial run of LEAKY's tests in ``order``, with or without --kgate-restore-env; (exit code, outcomes)."""
+    folder = tmp_path / ("-".join(order) + ("-restore" if restore else ""))
+    folder.mkdir()
+    (folder / "test_leaky.py").write_text(LEAKY)
+    outcomes = folder / "outcomes.json"
+    cmd = [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider",
+           "-p", "kgate.testrun.outcomes_plugin", "-p", "kgate.testrun.numerics_plugin", "--kgate-numerics=TOY_*",
+           f"--kgate-outcomes={outcomes}", f"--rootdir={folder}", "-c", str(REPO / "kgate" / "data" / "pytest-empty.ini"),
+           *[f"test_leaky.py::test_{t}" for t in order]]
+    if restore:
+        cmd.append("--kgate-restore-env=TOY_USE_*")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST", "TOY_"))}
+    env["PYTHONPATH"] = str(REPO)
+    proc = subprocess.run(cmd, cwd=folder, capture_output=True, text=True, timeout=300, env=env)
+    state = json.loads(outcomes.read_text())
+    assert [t.split("::")[1] for t in state["tests"]] == [f"test_{t}" for t in order], proc.stdout[-2000:]
+    return proc.returncode, state
+
+
+def test_restore_env_makes_a_leaking_suite_order_free(tmp_path: Path) -> None:
+    """Two tests set a variable and never restore it: which one records the change depends on the order, and a
+    later test sees the leftover. With gate.restore_env every test starts from the first test's start."""
+    orders = (["sets_it", "sets_it_too", "starts_without_it"], ["sets_it_too", "sets_it", "starts_without_it"])
+    leaky = [_leaky_run(tmp_path, order, restore=False) for order in orders]
+    assert all(code == 1 for code, _ in leaky), "without the restore the last test sees the leftover"
+    assert "numerics" not in leaky[0][1]["tests"]["test_leaky.py::test_sets_it_too"], "it found the value already set"
+    assert numerics_gates.differences(leaky[0][1], leaky[1][1]), "the order changed the recorded changes"
+
+    fixed = [_leaky_run(tmp_path, order, restore=True) for order in orders]
+    assert all(code == 0 for code, _ in fixed), "every test started without the variable"
+    for _, state in fixed:
+        for name in ("test_sets_it", "test_sets_it_too"):
+            call = state["tests"][f"test_leaky.py::{name}"]["numerics"]["call"]
+            assert call["TOY_USE_TMA"] == {"start": "unset", "during": ["1"], "end": "1"}, (name, call)
+        assert state["numerics_state"].get("TOY_USE_TMA", "unset") == "unset"
+        assert state["tests"]["test_leaky.py::test_starts_without_it"]["outcome"] == "passed"
+    assert numerics_gates.differences(fixed[0][1], fixed[1][1]) == []
+
+
 def _run(tests: dict[str, dict], end: dict[str, str]) -> dict:
     return {"tests": [{"nodeid": k, "outcome": "passed", **({"numerics": v} if v else {})} for k, v in tests.items()],
             "numerics_state": end}

@@ -1,14 +1,14 @@
 """Snakemake's Slurm executor against the REAL local cluster (scripts/slurm-local.sh start),
 with profiles/slurm-local and a tiny standalone workflow in a scratch folder.
 
-(a) every rule runs as its own Slurm job; (b) a job cancelled with scancel
-mid-run fails the run, and rerunning the same command finishes without
-redoing the finished rules; (c) a rule over its time limit ends as TIMEOUT and
-kgate.slurm's message names the job id and the log. The same on kgate's own
-stages (each a job; scancel of a running stage, then the same command
-resumes): tests/test_campaign_slurm.py. TIMEOUT stays standalone: a kgate
-stage stops its gate runs at 90 % of its runtime and records a measured
-failure, so by design it never reaches Slurm's limit.
+(a) every rule runs as its own Slurm job, a gpu=1 rule gets one of the
+cluster's GPUs and a gpu=0 rule none; (b) a rule over its time limit ends as
+TIMEOUT and kgate.slurm's message names the job id and the log. A job
+cancelled with scancel mid-run, and the same command resuming without redoing
+finished rules, is tested on kgate's own stages only
+(tests/test_campaign_slurm.py). TIMEOUT stays standalone: a kgate stage stops
+its gate runs at 90 % of its runtime and records a measured failure, so by
+design it never reaches Slurm's limit.
 
 Skipped, with the reason, where no cluster answers. Snakemake runs under
 ``timeout -s INT``: SIGINT makes it scancel its jobs and exit, SIGTERM does not.
@@ -17,7 +17,6 @@ Skipped, with the reason, where no cluster answers. Snakemake runs under
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -26,7 +25,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import job_state, wait_for
+from conftest import job_state
 
 from kgate import slurm
 
@@ -132,69 +131,6 @@ def test_each_rule_runs_as_its_own_slurm_job(tmp_path):
     prov = json.loads((tmp_path / "out" / "provenance.json").read_text())
     assert prov["job_id"] == rows["summary"][0] and prov["node"] == "localhost" and prov["partition"] == "debug"
     print(f"[timing] 3 jobs, 2 levels via Slurm: {took:.1f} s")
-
-
-
-SNAKEFILE_CANCEL = """
-rule all:
-    input: "out/last.txt"
-
-rule first:
-    output: "out/first.txt"
-    shell: '@JOB@ > {output}'
-
-rule slow:
-    input: "out/first.txt"
-    output: "out/slow.txt"
-    params: marker="slow.started"
-    # the first attempt waits to be cancelled; the rerun finds the marker and is quick
-    shell: 'if [ ! -e {params.marker} ]; then touch {params.marker}; sleep 600; fi; @JOB@ > {output}'
-
-rule last:
-    input: "out/slow.txt"
-    output: "out/last.txt"
-    shell: '@JOB@ > {output}'
-""".replace("@JOB@", JOB)
-
-
-def test_scancel_mid_run_then_rerun_keeps_finished_rules(tmp_path):
-    (tmp_path / "Snakefile").write_text(SNAKEFILE_CANCEL)
-    t0 = time.monotonic()
-    with open(tmp_path / "run1.out", "w") as out:
-        proc = subprocess.Popen(snakemake_cmd(300), cwd=tmp_path, env=env(), stdout=out, stderr=subprocess.STDOUT)
-        try:
-            wait_for(lambda: (tmp_path / "slow.started").exists(), 120, "rule slow to start")
-            logs = wait_for(lambda: slurm_logs(tmp_path, "slow"), 30, "rule slow's Slurm log")
-            job = logs[0].stem
-            assert job_state(job) == "RUNNING"
-            subprocess.run(["scancel", job], check=True, timeout=30)
-            rc = proc.wait(timeout=240)
-        finally:
-            if proc.poll() is None:
-                proc.send_signal(2)
-                proc.wait(timeout=120)
-    run1 = (tmp_path / "run1.out").read_text()
-    t1 = time.monotonic()
-    assert rc != 0, run1[-3000:]
-    assert job_state(job) == "CANCELLED"
-    failures = slurm.parse_snakemake_failures(run1)
-    assert [(f.rule, f.job_id, f.state) for f in failures] == [("slow", job, "CANCELLED")], run1[-3000:]
-    msg = failures[0].message()
-    assert job in msg and str(logs[0]) in msg and "CANCELLED" in msg
-    first = (tmp_path / "out" / "first.txt")
-    first_before = (first.read_text(), first.stat().st_mtime_ns)
-    assert not (tmp_path / "out" / "slow.txt").exists()
-
-    p = run_snakemake(tmp_path)  # the same command again
-    t2 = time.monotonic()
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    log2 = p.stdout + p.stderr
-    assert (first.read_text(), first.stat().st_mtime_ns) == first_before, "finished rule 'first' was redone"
-    assert re.search(r"^rule first:", log2, re.M) is None, "rerun scheduled rule 'first' again"
-    assert re.search(r"^rule slow:", log2, re.M) and re.search(r"^rule last:", log2, re.M)
-    slow_job = (tmp_path / "out" / "slow.txt").read_text().split()[0]
-    assert slow_job != job and slow_job.isdigit()
-    print(f"[timing] run until cancel detected: {t1 - t0:.1f} s; rerun: {t2 - t1:.1f} s")
 
 
 

@@ -11,7 +11,8 @@ longer changes one it did) fails the gate with the test id, the phase and the va
 
 Limits: a test the fixture run did not finish is not compared; a suite whose tests change settings
 process-wide without restoring them can show distribution-dependent changes under pytest-xdist (the
-campaign pins such a setting with ``gate.env``, as it does for the environment comparison).
+campaign pins such a setting with ``gate.env``, as it does for the environment comparison, or has it put
+back after every test with ``gate.restore_env``).
 """
 
 from __future__ import annotations

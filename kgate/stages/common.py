@@ -156,6 +156,7 @@ class Context:
             workers=self.workers,
             env_record=tuple(self.campaign.data.get("env", {}).get("record", [])),
             env_set=tuple(sorted((g.get("env") or {}).items())),
+            restore_env=tuple(g.get("restore_env", [])),
             cache_env=tuple(sorted(self.kernel_cache.env().items())))
 
 

@@ -9,10 +9,21 @@ recorder (``kgate.testrun.outcomes_plugin``) files them under the test's entry (
 the settings as they stand at the end of the session (``numerics_state``). candidate_gate compares both
 with the fixture run's (``kgate.gates.numerics``). Windows read their start, so what a test changes is
 told apart from what earlier tests (or imports) left behind.
+
+``--kgate-restore-env=PATTERNS`` (the campaign's ``gate.restore_env``) also puts every environment variable
+matching those globs back, after each test's teardown, to the value it had when the process's first test
+started (unset included). A suite whose tests set a variable process-wide and never restore it then gives
+every test the same start, whatever ran before it in its process: under pytest-xdist the order in which
+tests share a process no longer changes what a test sees or what the watch records. The restore runs
+outside every window, so it is never recorded as a test's change. Limits: a test that relied on an earlier
+test's leftover now sees the session's value (``gate.env`` pins such a value for every test); state other
+than the environment (a module that read a variable at import, a compiled kernel) is not put back.
 """
 
 from __future__ import annotations
 
+import fnmatch
+import os
 from collections.abc import Generator
 from typing import Any
 
@@ -24,16 +35,69 @@ PROPERTY = "kgate_numerics"
 _CHANGES = pytest.StashKey[dict[str, dict[str, Any]]]()
 
 
+class Restore:
+    """The variables matching ``patterns``, as they stood when the first test started, put back after each test."""
+
+    def __init__(self, patterns: tuple[str, ...]) -> None:
+        self.patterns = patterns
+        self.start: dict[str, str] | None = None
+
+    def _names(self) -> set[str]:
+        return {n for n in os.environ if any(fnmatch.fnmatchcase(n, p) for p in self.patterns)}
+
+    def take(self) -> None:
+        """Note the start once, before the first test's setup."""
+        if self.start is None:
+            self.start = {n: os.environ[n] for n in self._names()}
+
+    def apply(self) -> list[str]:
+        """Put every matching variable back to the start; the names that were changed."""
+        if self.start is None:
+            return []
+        changed = []
+        for name in sorted(self._names() | set(self.start)):
+            want, have = self.start.get(name), os.environ.get(name)
+            if want == have:
+                continue
+            changed.append(name)
+            if want is None:
+                del os.environ[name]
+            else:
+                os.environ[name] = want
+        return changed
+
+
+_RESTORE: list[Restore] = []
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--kgate-numerics", default=None,
                      help="Watch numeric settings around every test; the value is the comma-separated globs of "
                           "environment variables to watch (kgate.testrun.numeric_state).")
+    parser.addoption("--kgate-restore-env", default=None,
+                     help="Put the environment variables matching these comma-separated globs back after every "
+                          "test to their values when the first test started (the campaign's gate.restore_env).")
 
 
 def pytest_configure(config: pytest.Config) -> None:
     patterns = config.getoption("--kgate-numerics")
     if patterns is not None:
         numeric_state.install(tuple(p for p in str(patterns).split(",") if p))
+    restore = config.getoption("--kgate-restore-env")
+    if restore:
+        _RESTORE[:] = [Restore(tuple(p for p in str(restore).split(",") if p))]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_logstart(nodeid: str, location: tuple[str, int | None, str]) -> None:
+    for r in _RESTORE:
+        r.take()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_logfinish(nodeid: str, location: tuple[str, int | None, str]) -> None:
+    for r in _RESTORE:
+        r.apply()
 
 
 def _window(item: pytest.Item) -> Generator[None, Any, Any]:

@@ -60,6 +60,8 @@ class GateSpec:
     workers: int = 1
     env_record: tuple[str, ...] = ()
     env_set: tuple[tuple[str, str], ...] = ()
+    #: globs of variables put back after every test (``gate.restore_env``, ``kgate.testrun.numerics_plugin``)
+    restore_env: tuple[str, ...] = ()
     #: what the kernel cache sets besides TRITON_CACHE_DIR (``kgate.cache.store.KernelCache.env``)
     cache_env: tuple[tuple[str, str], ...] = ()
 
@@ -221,6 +223,8 @@ def run(spec: GateSpec, worktree: Path, out_dir: Path, triton_cache: Path, *, ta
             cmd.append(f"--kgate-setup={spec.cpu_setup.resolve()}")
     if spec.env_record:
         cmd.append(f"--kgate-env={','.join(spec.env_record)}")
+    if spec.restore_env:
+        cmd.append(f"--kgate-restore-env={','.join(spec.restore_env)}")
     if spec.select and not only_ids:
         cmd += ["-k", spec.select]
     if spec.workers > 1:
