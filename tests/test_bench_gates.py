@@ -220,15 +220,16 @@ def test_the_record_names_the_worker_pairs_and_what_an_a_a_calibration_reads() -
     calibration counts the rows whose interval excludes 1 at the decision's level and at 95 %."""
     from kgate.gates.bench import calibration, replication
 
-    def rounds(pairs: list[int | None]) -> list[dict]:
-        return [{"index": i, "pair": p, "pids": None if p is None else {"base": 2 * p, "cand": 2 * p + 1}}
+    def rounds(pairs: list[int | None], ready: dict[int, float] | None = None) -> list[dict]:
+        return [{"index": i, "pair": p, "pids": None if p is None else {"base": 2 * p, "cand": 2 * p + 1},
+                 "pair_ready_s": (ready or {}).get(p), "pair_phases_s": {"start": 1.0} if p in (ready or {}) else {}}
                 for i, p in enumerate(pairs)]
-    every = replication(rounds([0, 1, 2]), 1, [{"pair": 0, "ready_s": 0.0}, {"pair": 1, "ready_s": 2.5}])
+    every = replication(rounds([0, 1, 2], {1: 2.5}), 1)
     assert every["method"].startswith("a fresh worker pair every round")
-    assert [(p["pair"], p["rounds"], p["ready_s"]) for p in every["pairs"]] == [(0, [0], None), (1, [1], 2.5),
-                                                                                   (2, [2], None)]
-    assert replication(rounds([0, 0, 1, 1]), 2, [])["method"].startswith("per-pair means")
-    assert replication(rounds([0, 0, 0]), None, [])["method"].startswith("one worker pair")
+    assert [(p["pair"], p["rounds"], p["ready_s"], p["phases_s"]) for p in every["pairs"]] == [
+        (0, [0], None, {}), (1, [1], 2.5, {"start": 1.0}), (2, [2], None, {})]
+    assert replication(rounds([0, 0, 1, 1]), 2)["method"].startswith("per-pair means")
+    assert replication(rounds([0, 0, 0]), None)["method"].startswith("one worker pair")
     rows = winning_set()
     cal = calibration(rows)
     moved = {r.key for r in rows if r.cls in (FAST, SLOW)}

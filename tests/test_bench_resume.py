@@ -130,7 +130,7 @@ def test_a_killed_bench_resumes_at_its_last_round(tmp_path: Path, every: int | N
     # run's pairs' too: none for each run's first pair (started before any round), measured for every other
     firsts = {pair[0], pair[k]}
     assert all((r["pair_ready_s"] is None) == (r["pair"] in firsts) for r in rounds), [r["pair_ready_s"] for r in rounds]
-    rep = replication(rounds, every, history)
+    rep = replication(rounds, every)
     assert [p["pair"] for p in rep["pairs"]] == sorted(set(pair))
     for p in rep["pairs"]:
         mine = [r for r in rounds if r["pair"] == p["pair"]]

@@ -188,7 +188,18 @@ def test_a_killed_run_leaves_nothing_running_and_resumes_with_the_same_command(t
     again = start(tmp_path / "again.log")
     try:
         wait_for(gate_running, 600, "the resumed run's gate")
-        refused = wf.run(*config, args=(target,), timeout=600)
+        # the gate is held (SIGSTOP) while the other Snakemake tries, so it cannot finish first on a loaded machine
+        gate = [int(p.split(":", 1)[0]) for p in _processes_in(wf.workdir) if "-m pytest" in p]
+        try:
+            for pid in gate:
+                os.kill(pid, signal.SIGSTOP)
+        except ProcessLookupError:
+            pytest.fail("the resumed run's gate ended before it could be held")
+        try:
+            refused = wf.run(*config, args=(target,), timeout=600)
+        finally:
+            for pid in gate:
+                os.kill(pid, signal.SIGCONT)
         assert refused.returncode != 0 and "Directory cannot be locked" in refused.stdout + refused.stderr, \
             (refused.stdout + refused.stderr)[-3000:]
         assert again.wait(timeout=1200) == 0, (tmp_path / "again.log").read_text()[-3000:]

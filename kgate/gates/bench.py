@@ -458,24 +458,19 @@ def describe(o: RowOutcome, recorded: list[dict[str, Any]], cfg: BenchConfig, pr
     }
 
 
-def replication(recorded: list[dict[str, Any]], every: int | None, history: list[dict[str, Any]]) -> dict[str, Any]:
+def replication(recorded: list[dict[str, Any]], every: int | None) -> dict[str, Any]:
     """The worker pairs behind the rounds (kgate.measure.replicas): per pair its rounds and process ids, from the
     recorded rounds (a resumed run's earlier pairs included), and the seconds the pair took to start and warm
     (``ready_s``; None for a run's first pair, which is started before any round) with its phases (``phases_s``,
-    kgate.measure.replicas; empty where ``ready_s`` is None). Each round's checkpoint line carries its pair's
-    ``pair_ready_s`` and ``pair_phases_s``, so a resumed run keeps the earlier pairs' (rounds checkpointed before
+    kgate.measure.replicas; empty where ``ready_s`` is None), from its first round's checkpoint line
+    (``pair_ready_s``, ``pair_phases_s``), so a resumed run keeps the earlier pairs' (rounds checkpointed before
     those keys existed have none)."""
-    ready = {h["pair"]: h["ready_s"] or None for h in history}
-    phases = {h["pair"]: h.get("phases_s") or {} for h in history}
     pairs: dict[Any, dict[str, Any]] = {}
     for r in recorded:
         entry = pairs.setdefault(r.get("pair"), {"pair": r.get("pair"), "pids": r.get("pids"), "rounds": [],
                                                  "ready_s": r.get("pair_ready_s"),
                                                  "phases_s": r.get("pair_phases_s") or {}})
         entry["rounds"].append(r["index"])
-    for k, v in pairs.items():
-        if ready.get(k) is not None:
-            v["ready_s"], v["phases_s"] = ready[k], phases.get(k, {})
     sizes = {len(v["rounds"]) for v in pairs.values()}
     method = ("one worker pair: its offset is not in the intervals" if len(pairs) <= 1 else
               "a fresh worker pair every round: the per-round interval holds the pair's offset (kgate.stats.pairs)"

@@ -339,7 +339,7 @@ def _measure(ctx: Context, spec: MeasureSpec, cfg: BenchConfig, plan: Plan, arms
         "rounds": len(recorded), "resumed_from_round": resumed_from, "checkpoint": str(ckpt), "resume": resume_note,
         "stopping": {"reason": dec.reason, "valid_rounds": dec.valid_rounds, "geomean_vs_bar": dec.bar,
                      "controls_as_family": dec.controls, "excluded_rounds": [e.as_dict() for e in dec.excluded]},
-        "replication": replication(recorded, cfg.rounds_per_pair, pairs.history),
+        "replication": replication(recorded, cfg.rounds_per_pair),
         "calibration": calibration(outcomes),
         "geomean": est.as_dict() if est else None, "rows": row_data,
         "classes": {o.key: o.cls for o in outcomes}, "input_hashes": hashes,
