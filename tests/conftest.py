@@ -2,8 +2,9 @@
 
 The suite runs in three pytest-xdist workers (pyproject: ``-n 3 --dist loadscope``) on
 CI's two cores: a campaign mostly keeps one core busy, and Slurm-bound tests often
-wait for the cluster's status polling, so a third worker fills those waits. ``UNITS`` below says what must stay
-together on one worker; ``-n 0`` runs everything serially in the same order.
+wait for the cluster's status polling, so a third worker fills those waits.
+``UNITS`` below says what must stay together on one worker; ``-n 0`` runs
+everything serially in the same order.
 """
 
 from __future__ import annotations

@@ -50,21 +50,16 @@ class Restore:
         if self.start is None:
             self.start = {n: os.environ[n] for n in self._names()}
 
-    def apply(self) -> list[str]:
-        """Put every matching variable back to the start; the names that were changed."""
+    def apply(self) -> None:
+        """Put every matching variable back to the start."""
         if self.start is None:
-            return []
-        changed = []
+            return
         for name in sorted(self._names() | set(self.start)):
-            want, have = self.start.get(name), os.environ.get(name)
-            if want == have:
-                continue
-            changed.append(name)
+            want = self.start.get(name)
             if want is None:
-                del os.environ[name]
-            else:
+                os.environ.pop(name, None)
+            elif os.environ.get(name) != want:
                 os.environ[name] = want
-        return changed
 
 
 _RESTORE: list[Restore] = []
