@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from kgate.cache import tuning
 from kgate.measure import peaks
 from kgate.measure.census import compiled_variants, kernel_name, source_sha, triton_key, triton_objects
 from kgate.measure.worker_calls import Calls
@@ -34,6 +35,8 @@ class Facts(Calls):
             key = triton_key(t.fn) if getattr(t, "cache", None) else None
             out.append({"kernel": kernel_name(t), "source_sha": source_sha(t.fn), "triton_key": key,
                         "configs": len(getattr(t, "configs", []) or []),
+                        "key": [str(k) for k in getattr(t, "keys", [])],
+                        "key_added": list(getattr(t, tuning.ADDED_ATTR, ()) or ()),
                         "picks": {str(k): str(v) for k, v in getattr(t, "cache", {}).items()}})
         return {"tuners": sorted(out, key=lambda x: x["kernel"]), "row_picks": self.s.row_picks}
 

@@ -3,7 +3,8 @@
 Method: on CPU the Triton interpreter shim is installed first (:mod:`kgate.testrun.interp`); the
 callable is imported from the arm's worktree (a failure is the target's:
 :class:`~kgate.measure.worker_state.ArmTargetError`); on a GPU the flush buffer is max(256 MiB,
-2 x L2) bytes, zeroed by kgate's own ``kgate_l2_flush`` kernel. ``Autotuner.run`` is wrapped to record,
+2 x L2) bytes, zeroed by kgate's own ``kgate_l2_flush`` kernel. Every autotuner's key is completed by the
+constexprs it runs with (:mod:`kgate.cache.tuning`). ``Autotuner.run`` is wrapped to record,
 per row and mode during warm-up, the config each autotuned kernel ran with; under the interpreter
 every Triton launch is timed by wall clock. After init the imported objects are frozen out of the
 cyclic garbage collector, so the per-call collections walk only what calls create.
@@ -22,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from kgate.cache import tuning
 from kgate.measure.census import kernel_name
 from kgate.measure.worker_calls import Calls
 from kgate.measure.worker_state import ArmTargetError, callable_
@@ -44,6 +46,7 @@ class Setup(Calls):
         import torch
 
         s.torch = torch
+        tuning.install()
         self._install_recorders(cpu)
         mod_name, _, attr = callable.partition(":")
         try:

@@ -7,13 +7,15 @@ reproducible; ignored files too, and the worktree is verified against the
 commit by content, ``kgate.source.worktree``), run the
 full gate against the untouched production code, and require it green and a
 superset of the baseline's test ids (a fixture only adds), and every test
-module it creates to contribute collected ids (``created_tests_gate``). Then write the
+module it creates to contribute collected ids (``created_tests_gate``); a failing test that passed in
+baseline_tests is named as such (``passed_at_baseline``). Then write the
 manifest: sha256 of the frozen paths and of the gate's test files.
 """
 
 from __future__ import annotations
 
 import fnmatch
+from dataclasses import replace
 from pathlib import PurePosixPath
 
 from kgate import epochs, paths
@@ -22,6 +24,7 @@ from kgate.records import Gate, StageResult, write_json
 from kgate.source import git, manifest, overlay
 from kgate.source.worktree import verify_worktree
 from kgate.stages.common import Context
+from kgate.testrun import runner
 from kgate.testrun.judge import judge, run_with_reruns
 
 
@@ -65,6 +68,22 @@ def created_tests_gate(variant: overlay.Variant, collected: list[str], select: s
                 detail=f"no collected id from {', '.join(empty)}: {why}")
 
 
+def passed_at_baseline(gate: Gate, first: runner.GateRun, base: dict) -> Gate:
+    """A failed fixture gate names the failing tests that passed in baseline_tests: the fixture adds tests
+    only, so such a failure comes from the run's state (test order, a shared cache) or from the fixture's own
+    files (a conftest, a module-level side effect), not from the base's code."""
+    if gate.status == "pass":
+        return gate
+    passed = {t["nodeid"] for t in base["data"]["run"]["tests"] if t["outcome"] in runner.OUTCOMES_OK}
+    failing = sorted(i for i, t in first.tests.items() if t["outcome"] not in runner.OUTCOMES_OK and i in passed)
+    if not failing:
+        return gate
+    note = (f"{len(failing)} of the failing test(s) passed in baseline_tests on the same source ({', '.join(failing)}): "
+            "the fixture adds tests only, so the run's state (test order, a shared cache) or the fixture's own "
+            "files made them fail")
+    return replace(gate, detail=f"{gate.detail}; {note}" if gate.detail else note)
+
+
 def run(ctx: Context) -> StageResult:
     c, gpu = ctx.campaign, ctx.gpu
     target, base = ctx.inputs["target"], ctx.inputs["baseline_tests"]
@@ -86,7 +105,7 @@ def run(ctx: Context) -> StageResult:
     spec = ctx.gate_spec()
     cache = ctx.triton_cache
     first, history = run_with_reruns(spec, wt, ctx.out_dir, cache, c.data["gate"]["reruns"])
-    gates = [judge(first, history, first.junit_path, "fixture_gate_green")]
+    gates = [passed_at_baseline(judge(first, history, first.junit_path, "fixture_gate_green"), first, base)]
     base_ids = set(base["data"]["run"]["collected"])
     lost = sorted(base_ids - set(first.collected))
     added = sorted(set(first.collected) - base_ids)

@@ -27,6 +27,7 @@ from typing import Any
 
 import pytest
 
+from kgate.cache import tuning
 from kgate.testrun import numerics_plugin
 from kgate.testrun.interp_gaps import UNAVAILABLE
 
@@ -196,6 +197,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # before any test runs: every autotuner's picks keyed by the constexprs it runs with (kgate.cache.tuning)
+    tuning.install()
     path = config.getoption("--kgate-outcomes")
     if path:
         config.pluginmanager.register(_Recorder(Path(path).resolve(), config), "kgate-recorder")

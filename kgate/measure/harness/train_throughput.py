@@ -92,6 +92,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kgate.cache import tuning
 from kgate.measure.tensors import combined, tensor_sha
 from kgate.measure.worker import serve as worker_serve
 from kgate.measure.worker_state import ArmTargetError, no_gc
@@ -158,6 +159,7 @@ class Harness:
         import torch
 
         self.torch = torch
+        tuning.install()
         cuda = not st["cpu"]
         if cuda and not torch.cuda.is_available():
             raise RuntimeError("a GPU run but torch.cuda.is_available() is False in the worker")
