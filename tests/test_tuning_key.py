@@ -48,12 +48,14 @@ STAND_IN = textwrap.dedent('''\
 
     LIMIT = 232448
     last = {}
+    benched = []
 
     class StandInDriver:
         def get_current_target(self):
             return GPUTarget("cuda", 90, 32)
         def get_benchmarker(self):
             def bench(kernel_call, quantiles):
+                benched.append(1)
                 kernel_call()
                 return [1.0 / (last["BK"] * last["num_stages"]) - 1e-6 * last["num_stages"]] * 3
             return bench
@@ -83,6 +85,7 @@ ARM = STAND_IN + textwrap.dedent('''\
         except OutOfResources as exc:
             out[k] = f"OutOfResources: {exc}"
     out["key"] = list(kernels.inter.keys)
+    out["benched"] = len(benched)
     print(json.dumps(out))
 ''')
 
@@ -217,3 +220,44 @@ def test_timing_workers_complete_every_autotuners_key_and_record_what_they_added
     assert tuner["kernel"] == "tuned_scale"
     assert tuner["key"] == ["D"] and tuner["key_added"] == ["D"]
     assert sorted(tuner["picks"]) == ["(8, 'torch.float32', 'torch.float32')", "(96, 'torch.float32', 'torch.float32')"]
+
+
+GATE_TUNE = STAND_IN + textwrap.dedent('''\
+    import pathlib
+    import kernels
+
+
+    def test_one_shape():
+        kernels.inter[(1,)](0, 1000, BT=64, K=64)
+        pathlib.Path("benched.txt").write_text(str(len(benched)))
+''')
+
+
+def test_gate_picks_serve_gate_runs_but_never_a_timed_stage(tmp_path: Path) -> None:
+    """A gate run's picks (tuned beside other test processes) are read by the next gate run, which tunes
+    nothing, while a timed stage's worker on the same cache tunes the same shape itself; the timed picks
+    are then shared by every later timed process (both arms)."""
+    wt, cache = _worktree(tmp_path), tmp_path / "cache"
+    (wt / "test_tune.py").write_text(GATE_TUNE)
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "kgate.testrun.outcomes_plugin",
+           "test_tune.py"]
+
+    def gate() -> int:
+        p = subprocess.run(cmd, cwd=wt, env=_env(wt, cache), capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stdout[-3000:]
+        return int((wt / "benched.txt").read_text())
+
+    assert gate() == 4  # cold: the four configs timed
+    assert gate() == 0  # the gate's own pick read back
+    timed = _arm(wt, cache, "complete", "64")
+    assert timed["benched"] == 4, timed  # not the gate's pick: tuned again, alone on the GPU
+    assert _arm(wt, cache, "complete", "64")["benched"] == 0  # the other arm reads the timed pick
+    assert _picks_on_disk(cache) == 2
+
+
+def test_one_process_files_its_picks_under_one_namespace(tmp_path: Path) -> None:
+    script = "from kgate.cache import tuning\ntuning.install(namespace='gate')\ntuning.install(namespace='gate')\n" \
+             "tuning.install(namespace='timed')\n"
+    p = subprocess.run([sys.executable, "-c", script], env=_env(tmp_path, tmp_path / "cache"), capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode != 0 and "already filed under namespace 'gate', not 'timed'" in p.stderr, p.stderr[-2000:]

@@ -22,6 +22,11 @@ runs with, as a fresh process running only that shape would tune it; in a proces
 shape-dependent choices live only in such scalars still shares picks across them; a target that keys
 on fewer constexprs on purpose is tuned more often here (one tuning per distinct set: the configs'
 benchmark time, no extra compiles, since compiled variants are keyed by every constexpr already).
+
+Gate runs also keep their picks apart (``install(namespace="gate")``, :func:`_separate`): tuned while up
+to 16 test processes share the GPU, they are reused by later gate runs but never by a timed stage, whose
+workers tune each shape themselves. Both arms' timed workers share one namespace, so an unchanged kernel
+still runs with one pick in both arms.
 """
 
 from __future__ import annotations
@@ -30,9 +35,12 @@ import importlib.util
 import inspect
 from typing import Any
 
+from kgate.errors import KgateError
+
 #: the attribute holding the names kgate added to one autotuner's key (set once, on its first run)
 ADDED_ATTR = "_kgate_key_added"
 _MARK = "_kgate_complete_key"
+_NAMESPACE = "_kgate_pick_namespace"
 
 
 def _constexprs(tuner: Any) -> list[str]:
@@ -70,21 +78,53 @@ def complete(tuner: Any) -> tuple[str, ...]:
     return added
 
 
-def install() -> bool:
+def install(namespace: str | None = None) -> bool:
     """Complete every autotuner's key on its first run in this process (autotuners built before the call
-    included); idempotent. False when Triton is not installed (nothing to complete)."""
+    included); with ``namespace``, also file this process's picks on disk apart from every other
+    namespace's (:func:`_separate`). Idempotent; a second namespace in one process is refused. False when
+    Triton is not installed (nothing to complete)."""
     if importlib.util.find_spec("triton") is None:
         return False
     from triton.runtime.autotuner import Autotuner
 
-    if getattr(Autotuner.run, _MARK, False):
-        return True
-    original = Autotuner.run
+    if not getattr(Autotuner.run, _MARK, False):
+        original = Autotuner.run
 
-    def run(self: Any, *args: Any, **kwargs: Any) -> Any:
-        complete(self)
-        return original(self, *args, **kwargs)
+        def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+            complete(self)
+            return original(self, *args, **kwargs)
 
-    setattr(run, _MARK, True)
-    Autotuner.run = run  # type: ignore[method-assign]
+        setattr(run, _MARK, True)
+        Autotuner.run = run  # type: ignore[method-assign]
+    if namespace is not None:
+        _separate(Autotuner, namespace)
     return True
+
+
+def _separate(autotuner: Any, namespace: str) -> None:
+    """Salt the on-disk key of every pick this process reads or writes with ``namespace``.
+
+    Method: Triton's ``Autotuner.check_disk_cache(tuning_key, configs, bench_fn)`` hashes ``str(tuning_key)``
+    into the file's location; the wrapper passes ``(*tuning_key, "kgate:<namespace>")`` and files the pick
+    it read back under the unsalted key the caller looks up. Gate runs use the namespace ``gate``: their
+    picks are tuned with up to 16 test processes sharing the GPU, so they serve later gate runs (which then
+    tune nothing) but never a timed stage, whose workers tune each shape on an otherwise idle GPU."""
+    current = getattr(autotuner.check_disk_cache, _NAMESPACE, None)
+    if current is not None:
+        if current != namespace:
+            raise KgateError(f"autotune picks already filed under namespace {current!r}, not {namespace!r}")
+        return
+    original = autotuner.check_disk_cache
+    salt = f"kgate:{namespace}"
+
+    def check_disk_cache(self: Any, tuning_key: Any, configs: Any, bench_fn: Any) -> bool:
+        if not tuning_key:  # Triton caches nothing for an empty key: keep it so
+            return original(self, tuning_key, configs, bench_fn)
+        salted = (*tuning_key, salt)
+        used = original(self, salted, configs, bench_fn)
+        if salted in self.cache:
+            self.cache[tuning_key] = self.cache.pop(salted)
+        return used
+
+    setattr(check_disk_cache, _NAMESPACE, namespace)
+    autotuner.check_disk_cache = check_disk_cache

@@ -197,8 +197,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    # before any test runs: every autotuner's picks keyed by the constexprs it runs with (kgate.cache.tuning)
-    tuning.install()
+    # before any test runs: every autotuner's picks keyed by the constexprs it runs with, and the gate's picks
+    # (tuned with other test processes on the GPU) kept from the timed stages' (kgate.cache.tuning)
+    tuning.install(namespace="gate")
     path = config.getoption("--kgate-outcomes")
     if path:
         config.pluginmanager.register(_Recorder(Path(path).resolve(), config), "kgate-recorder")
