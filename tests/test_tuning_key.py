@@ -1,4 +1,4 @@
-"""Complete autotune keys (kgate.cache.tuning): a pick tuned at one constexpr is never read at another.
+"""Complete autotune keys (kgate.testrun.tuning): a pick tuned at one constexpr is never read at another.
 
 The H200 failure this guards against: fla's ``chunk_kda_bwd_kernel_inter`` keys its autotuner on ``BT``
 alone while ``K`` and ``V`` are constexprs; a pick tuned at K <= 128 (every config fitting) was read back
@@ -74,7 +74,7 @@ STAND_IN = textwrap.dedent('''\
 
 ARM = STAND_IN + textwrap.dedent('''\
     if sys.argv[1] == "complete":
-        from kgate.cache import tuning
+        from kgate.testrun import tuning
         tuning.install()
     import kernels
     out = {}
@@ -256,7 +256,7 @@ def test_gate_picks_serve_gate_runs_but_never_a_timed_stage(tmp_path: Path) -> N
 
 
 def test_one_process_files_its_picks_under_one_namespace(tmp_path: Path) -> None:
-    script = "from kgate.cache import tuning\ntuning.install(namespace='gate')\ntuning.install(namespace='gate')\n" \
+    script = "from kgate.testrun import tuning\ntuning.install(namespace='gate')\ntuning.install(namespace='gate')\n" \
              "tuning.install(namespace='timed')\n"
     p = subprocess.run([sys.executable, "-c", script], env=_env(tmp_path, tmp_path / "cache"), capture_output=True,
                        text=True, timeout=120)

@@ -18,10 +18,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kgate.cache import tuning
 from kgate.measure import peaks
 from kgate.measure.census import compiled_variants, kernel_name, source_sha, triton_key, triton_objects
 from kgate.measure.worker_calls import Calls
+from kgate.testrun import tuning
 
 
 class Facts(Calls):

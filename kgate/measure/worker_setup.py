@@ -4,7 +4,7 @@ Method: on CPU the Triton interpreter shim is installed first (:mod:`kgate.testr
 callable is imported from the arm's worktree (a failure is the target's:
 :class:`~kgate.measure.worker_state.ArmTargetError`); on a GPU the flush buffer is max(256 MiB,
 2 x L2) bytes, zeroed by kgate's own ``kgate_l2_flush`` kernel. Every autotuner's key is completed by the
-constexprs it runs with (:mod:`kgate.cache.tuning`). ``Autotuner.run`` is wrapped to record,
+constexprs it runs with (:mod:`kgate.testrun.tuning`). ``Autotuner.run`` is wrapped to record,
 per row and mode during warm-up, the config each autotuned kernel ran with; under the interpreter
 every Triton launch is timed by wall clock. After init the imported objects are frozen out of the
 cyclic garbage collector, so the per-call collections walk only what calls create.
@@ -23,10 +23,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kgate.cache import tuning
 from kgate.measure.census import kernel_name
 from kgate.measure.worker_calls import Calls
 from kgate.measure.worker_state import ArmTargetError, callable_
+from kgate.testrun import tuning
 
 
 class Setup(Calls):

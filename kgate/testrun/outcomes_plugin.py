@@ -27,8 +27,7 @@ from typing import Any
 
 import pytest
 
-from kgate.cache import tuning
-from kgate.testrun import numerics_plugin
+from kgate.testrun import numerics_plugin, tuning
 from kgate.testrun.interp_gaps import UNAVAILABLE
 
 _MAX_MSG = 4000
@@ -198,7 +197,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def pytest_configure(config: pytest.Config) -> None:
     # before any test runs: every autotuner's picks keyed by the constexprs it runs with, and the gate's picks
-    # (tuned with other test processes on the GPU) kept from the timed stages' (kgate.cache.tuning)
+    # (tuned with other test processes on the GPU) kept from the timed stages' (kgate.testrun.tuning)
     tuning.install(namespace="gate")
     path = config.getoption("--kgate-outcomes")
     if path:

@@ -92,11 +92,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kgate.cache import tuning
 from kgate.measure.tensors import combined, tensor_sha
 from kgate.measure.worker import serve as worker_serve
 from kgate.measure.worker_state import ArmTargetError, no_gc
 from kgate.stats import tokens_summary
+from kgate.testrun import tuning
 
 WORKLOADS = ("dense", "varlen")
 
