@@ -1,6 +1,6 @@
 """A fixture gate that fails a test baseline_tests passed says so (kgate.stages.fixture_freeze.passed_at_baseline).
 
-MEASURED DATA: ``tests/data/records/h200_kda_fixture_shared_pick/`` (its README): on an H200 fla's own
+MEASURED DATA: ``tests/data/fixture_state/h200_kda_shared_pick/`` (its README): on an H200 fla's own
 ``test_chunk_varlen[...D256...]`` passed in baseline_tests and failed three times in fixture_freeze on
 the same production code, because a shared autotune pick tuned at another K was read back. The fixture
 adds tests only, so the gate's row must name the test as one that passed at baseline.
@@ -16,7 +16,7 @@ from kgate.stages.fixture_freeze import passed_at_baseline
 from kgate.testrun import runner
 from kgate.testrun.judge import judge
 
-DATA = Path(__file__).parent / "data" / "records" / "h200_kda_fixture_shared_pick"
+DATA = Path(__file__).parent / "data" / "fixture_state" / "h200_kda_shared_pick"
 D256 = ("tests/ops/test_kda.py::test_chunk_varlen[H4-D256-mask_p0-cu_seqlens[0, 15, 100, 300, 1200, 4096]"
         "-torch.float16-tmaFalse]")
 
