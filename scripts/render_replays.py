@@ -7,8 +7,8 @@
 Method: one row per entry of config/replays.yaml (kgate/schemas/replays.schema.yaml), in its order: the change
 (repository, commit, pull request), the authors' claim as quoted there, the campaign's bar (``measure.bar`` of
 config/campaigns/<campaign>.yaml), and from ``reports/<campaign>/<gpu>/verdict.json`` (kgate.verdict/1) the
-verdict (``FORCED`` runs say so), the gate and the sentence that decided it, and the benchmark's geomean when
-bench measured one; an entry's ``forced`` record (a run forced past a STOP) adds its bench geomean, said to be
+verdict (``FORCED`` runs say so), the gate and the sentence that decided it with that gate's detail (cut at 160
+characters), and the benchmark's geomean when bench measured one and another gate decided; an entry's ``forced`` record (a run forced past a STOP) adds its bench geomean, said to be
 forced. A campaign without a report on that device says "not run on <gpu>", with the entry's
 ``not_run`` reason. ``--write`` replaces what lies between the ``<!-- replays:begin -->`` and ``<!--
 replays:end -->`` lines of the file; nothing else changes.
@@ -55,6 +55,16 @@ def geomean(verdict: dict[str, Any]) -> str | None:
     return None
 
 
+def deciding_detail(verdict: dict[str, Any], limit: int = 160) -> str | None:
+    """The detail of the gate that decided the verdict (e.g. which row was SLOW), on one line, cut at ``limit``."""
+    by = verdict.get("decided_by") or {}
+    for g in verdict.get("gates", []):
+        if (g.get("stage"), g.get("name")) == (by.get("stage"), by.get("gate")) and g.get("detail"):
+            text = " ".join(str(g["detail"]).split())
+            return text if len(text) <= limit else text[:limit - 3] + "..."
+    return None
+
+
 def forced_bench(path: Path) -> str:
     """The forced run's bench geomean from its record (kgate.stage/1), said to be forced."""
     if not path.exists():
@@ -87,8 +97,11 @@ def row(entry: dict[str, Any], root: Path, gpu: str) -> str:
         decided = str(v.get("sentence") or "")
         if by.get("stage") and not decided.startswith(f"{by['stage']}:"):
             decided = f"{by['stage']}: {decided}"
+        detail = deciding_detail(v)
+        if detail:
+            decided += f": {detail}"
         gm = geomean(v)
-        if gm and "bench" not in decided:
+        if gm and (by.get("stage"), by.get("gate")) != ("bench", "geomean_speedup"):
             decided += f"; bench geomean {gm}"
         forced = entry.get("forced") or {}
         if forced.get("gpu") == gpu and not gm:

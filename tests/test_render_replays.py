@@ -50,6 +50,22 @@ def test_a_row_holds_the_reports_verdict_and_its_deciding_numbers(tmp_path: Path
     assert "bench geomean 1.924x [1.923, 1.926] (pass)" in row
 
 
+def test_a_row_names_the_deciding_gates_detail_and_a_passing_geomean_beside_it(tmp_path: Path) -> None:
+    """The H200 NO-GO of the fused add + RMSNorm replay: one row SLOW decided it while the geomean cleared the bar;
+    the row names the SLOW row and shows the geomean, which a reader would otherwise take for the failure."""
+    entry = {**ENTRY, "campaign": "liger-fused-add-rmsnorm-bwd-1187"}
+    root = root_with(tmp_path, "liger-fused-add-rmsnorm-bwd-1187", entry)
+    folder = root / "reports" / "liger-fused-add-rmsnorm-bwd-1187" / "h200"
+    folder.mkdir(parents=True)
+    shutil.copy(REPO / "reports" / "liger-fused-add-rmsnorm-bwd-1187" / "h200" / "verdict.json", folder)
+    row = render_replays.table(root, "h200")[2]
+    assert "**NO-GO**" in row and "| bench: no_optimized_row_slow fail: 1 SLOW" in row
+    assert ": M2048_H4096 0.9649x [0.9610, 0.9688] SLOW; bench geomean 1.309x [1.306, 1.311] (pass)" in row
+    verdict = render_replays.json.loads((folder / "verdict.json").read_text())
+    long = [dict(g, detail="x" * 400) if g["name"] == "no_optimized_row_slow" else g for g in verdict["gates"]]
+    assert render_replays.deciding_detail({**verdict, "gates": long}) == "x" * 157 + "..."
+
+
 def test_write_replaces_only_the_marked_block_and_a_bad_list_is_one_line(tmp_path: Path) -> None:
     root = root_with(tmp_path, "liger-layer-norm-rows", ENTRY)
     readme = tmp_path / "README.md"
