@@ -6,12 +6,12 @@
 
 Method: one row per entry of config/replays.yaml (kgate/schemas/replays.schema.yaml), in its order: the change
 (repository, commit, pull request), the authors' claim as quoted there, the campaign's bar (``measure.bar`` of
-config/campaigns/<campaign>.yaml), and from ``reports/<campaign>/<gpu>/verdict.json`` (kgate.verdict/1) the
-verdict (``FORCED`` runs say so), the gate and the sentence that decided it with that gate's detail (cut at 160
-characters), and the benchmark's geomean when bench measured one and another gate decided; an entry's ``forced`` record (a run forced past a STOP) adds its bench geomean, said to be
-forced. A campaign without a report on that device says "not run on <gpu>", with the entry's
-``not_run`` reason. ``--write`` replaces what lies between the ``<!-- replays:begin -->`` and ``<!--
-replays:end -->`` lines of the file; nothing else changes.
+config/campaigns/<campaign>.yaml), and from ``reports/<campaign>/<gpu>/verdict.json`` (kgate.verdict/1) the verdict
+(``FORCED`` runs say so), the gate and the sentence that decided it with that gate's detail (cut at 160
+characters), and the benchmark's geomean when bench measured one and another gate decided; an entry's ``forced``
+record (a run forced past a STOP) adds its bench geomean, said to be forced. A campaign without a report on that
+device says "not run on <gpu>", with the entry's ``not_run`` reason. ``--write`` replaces what lies between the
+``<!-- replays:begin -->`` and ``<!-- replays:end -->`` lines of the file; nothing else changes.
 """
 
 from __future__ import annotations

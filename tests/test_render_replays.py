@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 from pathlib import Path
@@ -61,7 +62,7 @@ def test_a_row_names_the_deciding_gates_detail_and_a_passing_geomean_beside_it(t
     row = render_replays.table(root, "h200")[2]
     assert "**NO-GO**" in row and "| bench: no_optimized_row_slow fail: 1 SLOW" in row
     assert ": M2048_H4096 0.9649x [0.9610, 0.9688] SLOW; bench geomean 1.309x [1.306, 1.311] (pass)" in row
-    verdict = render_replays.json.loads((folder / "verdict.json").read_text())
+    verdict = json.loads((folder / "verdict.json").read_text())
     long = [dict(g, detail="x" * 400) if g["name"] == "no_optimized_row_slow" else g for g in verdict["gates"]]
     assert render_replays.deciding_detail({**verdict, "gates": long}) == "x" * 157 + "..."
 
