@@ -36,7 +36,7 @@ class Facts(Calls):
             out.append({"kernel": kernel_name(t), "source_sha": source_sha(t.fn), "triton_key": key,
                         "configs": len(getattr(t, "configs", []) or []),
                         "key": [str(k) for k in getattr(t, "keys", [])],
-                        "key_added": list(getattr(t, tuning.ADDED_ATTR, ()) or ()),
+                        "key_added": list(getattr(t, tuning.ADDED_ATTR, ())),
                         "picks": {str(k): str(v) for k, v in getattr(t, "cache", {}).items()}})
         return {"tuners": sorted(out, key=lambda x: x["kernel"]), "row_picks": self.s.row_picks}
 
