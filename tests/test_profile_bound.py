@@ -313,3 +313,54 @@ def test_a_campaign_without_a_measure_section_measures_nothing(gpu: str, status:
     result = not_measured(SimpleNamespace(gpu=gpu), "bench")  # type: ignore[arg-type]
     assert [g.status for g in result.gates] == [status] and result.status == record_status
     assert result.data == {"measured": False}
+
+
+class TestRemovedTorchOps:
+    """A fusion that removes a torch op (Liger #1127: the divisions after the TV distance kernel). On a GPU CUPTI
+    lists torch's elementwise kernel among the device kernels; under the interpreter the census holds Triton
+    kernels only, and the profile's ``host_ops`` (the aten ops the region ran) stand in for it. SYNTHETIC tables."""
+
+    TVD = "liger-tvd-fused-scale-1127"
+    KERNEL = "_tv_distance_kernel"
+
+    def cpu_measured(self, host_ops: dict[str, int]) -> dict:
+        return {"inputs": {"sha256": "abc"}, "warm": {}, "samples_ms": [17.0], "profile": {
+            "iterations": 1, "kernels": {self.KERNEL: {"launches": 1, "device_us": 16000.0}},
+            "host_ops": {k: {"launches": n, "device_us": 5.0} for k, n in host_ops.items()},
+            "flush_kernels": {}, "timer": "t", "alloc_sizes": {"84": 1}, "peak_bytes": 272, "peak_method": "m"}}
+
+    def test_on_cpu_the_removed_division_is_seen_through_its_aten_op(self) -> None:
+        spec = measure.load_spec(campaign.load(self.TVD), "cpu")
+        row = Row("tiny_M3_V7", "dense", {"name": "tiny_M3_V7", "M": 3, "V": 7})
+        base = self.cpu_measured({"aten::div": 2, "aten::sum": 1, "aten::zeros": 1})
+        a = analyse(spec, row, base, launch_us=5.0, bytes_per_s=1e9)
+        assert a["removed"]["launches_per_call"] == 2.0 and a["census"] == [self.KERNEL]
+        assert a["mechanism"]["removes"]["removed_launches_per_call"] == 2.0
+        assert structural_gates(spec, [a], "e", "stop")[0].status == "pass"
+        none = analyse(spec, row, self.cpu_measured({"aten::sum": 1}), launch_us=5.0, bytes_per_s=1e9)
+        assert none["removed"]["launches_per_call"] == 0.0
+        assert structural_gates(spec, [none], "e", "stop")[0].status == "stop"
+
+    def test_the_candidate_path_follows_the_aten_op_on_cpu(self) -> None:
+        spec = measure.load_spec(campaign.load(self.TVD), "cpu")
+        row = Row("tiny_M3_V7", "dense", {"name": "tiny_M3_V7", "M": 3, "V": 7})
+        base = self.cpu_measured({"aten::div": 2, "aten::sum": 1})
+        fused = pair_row(spec, row, base, self.cpu_measured({"aten::sum": 1}), tol=0.05)
+        assert fused["path"] == "optimized" and fused["removed_launches_per_call"] == 0
+        still = pair_row(spec, row, base, self.cpu_measured({"aten::div": 1, "aten::sum": 1}), tol=0.05)
+        assert still["path"] == "fallback" and still["removed_launches_per_call"] == 1
+        assert "still launches" in still["path_reason"]
+
+    def test_on_a_gpu_the_device_kernel_counts_and_there_are_no_host_ops(self) -> None:
+        spec = measure.load_spec(campaign.load(self.TVD), "h200")
+        row = Row("M16384_V4096", "dense", {"name": "M16384_V4096", "M": 16384, "V": 4096})
+        div = "void at::native::vectorized_elementwise_kernel<4, at::native::BUnaryFunctor<float, float, float, " \
+              "at::native::binary_internal::DivFunctor<float> > >"
+        m = {"inputs": {"sha256": "abc"}, "warm": {}, "samples_ms": [1.0], "profile": {
+            "iterations": 2, "kernels": {self.KERNEL: {"launches": 2, "device_us": 1200.0},
+                                         div: {"launches": 4, "device_us": 700.0}},
+            "flush_kernels": {}, "timer": "t", "alloc_sizes": {str(16384 * 4096 * 4): 2}, "peak_bytes": 1,
+            "peak_method": "m"}}
+        a = analyse(spec, row, m, launch_us=5.0, bytes_per_s=4.3e12)
+        assert a["removed"]["launches_per_call"] == 2.0 and a["removed"]["device_us_per_call"] == 350.0
+        assert [g.status for g in structural_gates(spec, [a], "e", "stop")] == ["pass", "pass"]

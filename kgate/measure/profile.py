@@ -22,6 +22,16 @@ from kgate.measure.rows import MeasureSpec, Row, matching
 from kgate.records import Gate, StageResult
 
 
+def removal_table(profile: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """The launches a ``removes`` mechanism's kernels are looked up in: the profiled kernels and, on CPU, the
+    torch ops the profiled region ran (``host_ops``, each aten op with its count and host time). Under the
+    interpreter the census sees Triton kernels only, so a fusion that removes a torch op (a division after the
+    kernel) is observed through its aten op there; on a GPU ``host_ops`` is absent, CUPTI lists torch's kernels
+    among the device kernels. Limit: on CPU the region includes the call's input preparation, whose aten ops
+    count too."""
+    return {**profile.get("host_ops", {}), **profile["kernels"]}
+
+
 def per_call(kernels: dict[str, dict[str, float]], iterations: int, rx: Any) -> tuple[float, float]:
     """(launches, device microseconds) per call of the kernels matching ``rx``."""
     hit = matching(kernels, rx)

@@ -220,9 +220,17 @@ class Timing(Calls):
                 row_["device_us"] += dt * 1e6
             flush = {}
             timer = "Triton interpreter wall time (not meaningful)"
-        return {"iterations": iterations, "kernels": kernels, "flush_kernels": flush, "timer": timer,
-                "alloc_sizes": dict(sizes), "peak_bytes": int(peak), "peak_method": peak_method,
-                "allocated_before": int(before)}
+            # the torch ops the region ran: a removed torch op shows here on CPU (kgate.measure.profile.removal_table)
+            host_ops: dict[str, dict[str, float]] = {}
+            for e in events:
+                if e.device_type() == DeviceType.CPU and e.name().startswith("aten::"):
+                    row_ = host_ops.setdefault(e.name(), {"launches": 0, "device_us": 0.0})
+                    row_["launches"] += 1
+                    row_["device_us"] += (e.end_ns() - e.start_ns()) / 1e3
+        out = {"iterations": iterations, "kernels": kernels, "flush_kernels": flush, "timer": timer,
+               "alloc_sizes": dict(sizes), "peak_bytes": int(peak), "peak_method": peak_method,
+               "allocated_before": int(before)}
+        return out if s.cuda else out | {"host_ops": host_ops}
 
     def profile_range(self, row: str, mode: str) -> dict[str, Any]:
         """One call inside a CUDA profiler range (cudaProfilerStart ... cudaProfilerStop): the only

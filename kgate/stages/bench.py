@@ -80,7 +80,7 @@ from kgate.gates.bench import (
 from kgate.measure import checkpoints, host_ahead
 from kgate.measure import coordinator as measure
 from kgate.measure.arms import Arm
-from kgate.measure.profile import not_measured
+from kgate.measure.profile import not_measured, removal_table
 from kgate.measure.replicas import WorkerPairs
 from kgate.measure.rows import MeasureSpec, Row
 from kgate.records import StageResult
@@ -317,7 +317,7 @@ def _measure(ctx: Context, spec: MeasureSpec, cfg: BenchConfig, plan: Plan, arms
     for key, row, mode, role in plan.items:
         d = dec.rows[key]
         pb_, pc_ = profiled[key]["base"], profiled[key]["cand"]
-        path = "control" if role == "control" else spec.row_path(row, enabled, pc_["kernels"], pc_["iterations"])[0]
+        path = "control" if role == "control" else spec.row_path(row, enabled, removal_table(pc_), pc_["iterations"])[0]
         diff = autotune_diff(row.name, mode, autotune, sources)
         o = RowOutcome(key=key, row=row.name, mode=mode, role=role, kind=row.kind, klass=row.klass(spec.class_key),
                        path=path, decision=d, peak_base=pb_["peak_bytes"], peak_cand=pc_["peak_bytes"],

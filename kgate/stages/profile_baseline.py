@@ -40,7 +40,7 @@ from kgate import paths
 from kgate.measure import coordinator as measure
 from kgate.measure import mechanism
 from kgate.measure.arms import Arm
-from kgate.measure.profile import measure_row, not_measured, per_call
+from kgate.measure.profile import measure_row, not_measured, per_call, removal_table
 from kgate.measure.rows import CPU_TIMING_NOTE, MeasureSpec, Row
 from kgate.protocol import PREFLIGHT
 from kgate.records import Gate, StageResult, read_record
@@ -133,10 +133,11 @@ def analyse(spec: MeasureSpec, row: Row, m: dict[str, Any], launch_us: float, by
     kernels = m["profile"]["kernels"]
     endpoint = summarize(m["samples_ms"])
     rx = spec.removed_rx
-    removed_n, removed_us = per_call(kernels, it, rx) if rx is not None else (0.0, 0.0)
+    launched = removal_table(m["profile"])
+    removed_n, removed_us = per_call(launched, it, rx) if rx is not None else (0.0, 0.0)
     replaced_n, replaced_us = per_call(kernels, it, spec.replaced_rx)
     kernel_sum_ms = sum(k["device_us"] for k in kernels.values()) / it / 1e3
-    savings = mechanism.row_savings(spec.mechanism, lambda e, key: spec.evaluate(row, e, key), kernels, it,
+    savings = mechanism.row_savings(spec.mechanism, lambda e, key: spec.evaluate(row, e, key), launched, it,
                                     launch_us, bytes_per_s, flops_per_s)
     bound = mechanism.best_case(endpoint.median_ms, savings) | {"formula": FORMULA, "kinds": list(savings)}
     vanish = (endpoint.median_ms / (endpoint.median_ms - replaced_us / 1e3)

@@ -44,7 +44,7 @@ from kgate.gates import env as env_gates
 from kgate.gates.bench import memory_rule
 from kgate.measure import coordinator as measure
 from kgate.measure.arms import WorkerFailure
-from kgate.measure.profile import measure_row, not_measured, per_call
+from kgate.measure.profile import measure_row, not_measured, per_call, removal_table
 from kgate.measure.rows import CPU_TIMING_NOTE, MeasureSpec, Row
 from kgate.records import Gate, StageResult
 from kgate.stages.common import PROFILE_SHARE, Context, failed_run_gate
@@ -66,8 +66,9 @@ def pair_row(spec: MeasureSpec, row: Row, base: dict[str, Any], cand: dict[str, 
     rep = spec.replacement_rx
     cand_hit = {k: v for k, v in kc.items() if spec.replaced_rx.search(k) or (rep is not None and rep.search(k))}
     cand_pair_us = sum(v["device_us"] for v in cand_hit.values()) / ic
-    removed_n = per_call(kc, ic, spec.removed_rx)[0] if spec.removed_rx is not None else 0.0
-    path, why = spec.row_path(row, enabled, kc, ic)
+    launched = removal_table(cand["profile"])
+    removed_n = per_call(launched, ic, spec.removed_rx)[0] if spec.removed_rx is not None else 0.0
+    path, why = spec.row_path(row, enabled, launched, ic)
     end_b = summarize(base["samples_ms"]).median_ms
     end_c = summarize(cand["samples_ms"]).median_ms
     pair = base_pair_us / cand_pair_us if cand_pair_us > 0 else None
