@@ -23,30 +23,15 @@ a stage in a changed contract refuses to run (``kgate.epochs.current``).
 
 ``resolve`` also reads every record the run's walk would read that exists: a
 truncated or corrupt one (or the ledger) is one line naming its path, before
-the DAG is built. ``claim_directory`` lets the same command resume after the
-run's process group was killed (SIGKILL leaves Snakemake's lock files behind):
-the main Snakemake process of a kgate run holds a shared ``flock`` on
-``.snakemake/kgate-run.lock`` for its whole life (the kernel drops it when the
-process dies, however it dies). A run first tries an exclusive lock: when it
-gets it, no other kgate Snakemake is alive in the directory, so the lock files
-under ``.snakemake/locks/`` are a dead run's and are removed (as ``--unlock``
-would) before it takes its shared lock; when it does not, it takes its shared
-lock, leaves every lock file, and Snakemake refuses as before when the outputs
-overlap (lanes of other campaigns in the same directory still run side by
-side, docs/lanes.md). Limits: a Snakemake that is not a kgate run (another
-Snakefile in the same directory) holds no such lock, and its lock files would
-be taken for stale; while any other kgate run is alive in the directory, a
-killed run's locks stay and ``--unlock`` is still needed to rerun that lane.
+the DAG is built. Snakemake's lock files are made safe for lanes by
+``kgate.locks`` (installed by workflow/rules/common.smk).
 """
 
 from __future__ import annotations
 
-import fcntl
-import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from kgate import campaign_checks, device, epochs, paths, protocol
 from kgate.campaign import Campaign, validate
@@ -113,29 +98,6 @@ def check_records(campaign: str, gpu: str, cand: str) -> None:
                 read_record(path)
             except IncompleteData as exc:
                 raise IncompleteData(f"{exc}; remove it to run its stage again") from exc
-
-
-def claim_directory(folder: Path = Path(".snakemake")) -> IO[str]:
-    """This process's claim on the working directory (see the module docstring): a shared ``flock`` held for
-    the run's life, taken after an exclusive one when that succeeds, which proves that no other kgate run is
-    alive here, and then the lock files a killed run left are removed. Returns the open lock file (keep it
-    open for the run's life)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    fh = (folder / "kgate-run.lock").open("a")
-    try:
-        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        # another kgate run is alive here: its locks (and any other) stay; Snakemake decides as before
-        fcntl.flock(fh.fileno(), fcntl.LOCK_SH)
-        return fh
-    stale = sorted((folder / "locks").glob("*.lock")) if (folder / "locks").is_dir() else []
-    for lock in stale:
-        lock.unlink(missing_ok=True)
-    fcntl.flock(fh.fileno(), fcntl.LOCK_SH)
-    if stale:
-        print(f"kgate: removed {len(stale)} Snakemake lock file(s) of a run that is no longer alive "
-              f"(no kgate run holds {os.getcwd()})", file=sys.stderr)
-    return fh
 
 
 def open_epoch(run: Run) -> dict[str, Any]:

@@ -1,11 +1,11 @@
 """Faults: a killed run leaves nothing running and resumes with the same command; a corrupt record is one
 line naming its path.
 
-The guard and the directory claim are exercised on real processes in seconds; the last test kills a real
-Snakemake run of the second-op campaign (chunk_local_cumsum, the smallest; up to its baseline gate)
-with SIGKILL to its whole process group while the gate's pytest runs, checks that no process it started
-survives and that nothing under results/ changes any more, resumes with the very same command, and
-checks that a second Snakemake is refused while that one runs.
+The guard is exercised on real processes in seconds (the lane-safe locks in tests/test_locks.py); the
+last test kills a real Snakemake run of the second-op campaign (chunk_local_cumsum, the smallest; up to
+its baseline gate) with SIGKILL to its whole process group while the gate's pytest runs, checks that no
+process it started survives and that nothing under results/ changes any more, resumes with the very same
+command, and checks that a second Snakemake is refused while that one runs.
 """
 
 from __future__ import annotations
@@ -75,47 +75,6 @@ def test_the_guard_ends_as_its_command_ended() -> None:
     assert guard("import sys; sys.exit(3)") == 3
     assert guard("import os, signal; os.kill(os.getpid(), signal.SIGSEGV)") == -signal.SIGSEGV
     assert guard("import os, signal; os.kill(os.getpid(), signal.SIGKILL)") == -signal.SIGKILL
-
-
-def test_stale_snakemake_locks_are_removed_only_when_no_run_holds_the_directory(tmp_path: Path) -> None:
-    """Two live runs (lanes of two campaigns) each hold their claim; once the first ends, the second still
-    protects the locks; only when none is alive are the lock files a dead run's."""
-    folder = tmp_path / ".snakemake"
-    (folder / "locks").mkdir(parents=True)
-    (folder / "locks" / "0.input.lock").write_text("results/x\n")
-
-    def holder() -> subprocess.Popen[str]:
-        proc = subprocess.Popen([sys.executable, "-c", f"""
-import time
-from pathlib import Path
-from kgate.workflow import claim_directory
-fh = claim_directory(Path({str(folder)!r}))
-print("claimed", flush=True)
-time.sleep(600)
-"""], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE, text=True)
-        assert proc.stdout is not None and proc.stdout.readline().strip() == "claimed"
-        return proc
-
-    first = holder()
-    second = None
-    try:
-        assert not (folder / "locks" / "0.input.lock").exists(), "no live run: the lock was a dead run's"
-        (folder / "locks" / "0.output.lock").write_text("results/y\n")  # the first run's own lock
-        second = holder()
-        assert (folder / "locks" / "0.output.lock").exists(), "a live run's lock is kept"
-        (folder / "locks" / "1.output.lock").write_text("results/z\n")  # the second run's
-        first.kill()
-        first.wait()
-        workflow.claim_directory(folder).close()
-        assert (folder / "locks" / "1.output.lock").exists(), "the second run is alive: its lock is kept"
-    finally:
-        for proc in (first, second):
-            if proc is not None:
-                proc.kill()
-                proc.wait()
-    fh = workflow.claim_directory(folder)
-    assert not list((folder / "locks").glob("*.lock")), "no run alive: every lock file was a dead run's"
-    fh.close()
 
 
 def test_a_corrupt_record_is_one_error_naming_its_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -206,6 +165,6 @@ def test_a_killed_run_leaves_nothing_running_and_resumes_with_the_same_command(t
     finally:
         if again.poll() is None:
             os.killpg(again.pid, signal.SIGKILL)
-    assert "Snakemake lock file(s) of a run that is no longer alive" in (tmp_path / "again.log").read_text()
+    assert "Snakemake lock file(s) that no live run holds" in (tmp_path / "again.log").read_text()
     rec = wf.record(CAMPAIGN, "baseline_tests")
     assert rec["status"] == "pass" and rec["data"]["run"]["counts"]["passed"] > 0

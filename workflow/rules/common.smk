@@ -1,18 +1,19 @@
 # Validation, identities and paths for one run; the report's input function is the gate walk.
 import sys
 
-from kgate import paths, protocol
+from kgate import locks, paths, protocol
 from kgate.errors import KgateError
 from kgate.measure.rows import inputs_fingerprint
 from kgate.protocol import gated_walk
 from kgate.source import overlay
-from kgate.workflow import claim_directory, force_flag, open_epoch, resolve, status
+from kgate.workflow import force_flag, open_epoch, resolve, status
 
-# The main Snakemake process holds its claim on the directory for its whole life; a run killed with its process
-# group leaves Snakemake's lock files behind, and the next run that finds no live kgate run removes them
-# (kgate.workflow.claim_directory).
-if workflow.is_main_process:
-    DIRECTORY_CLAIM = claim_directory()
+# Snakemake's lock files, lane-safe (kgate.locks): a run removes only its own locks, checks and writes them under
+# one mutex, and holds each for its life, so a killed run's locks are known dead and removed by the next run.
+try:
+    locks.install()
+except KgateError as exc:
+    sys.exit(f"kgate: error: {exc}")
 
 # The DAG build only reads (a changed contract after a freeze is refused here); dry runs and --lint write nothing.
 try:
