@@ -67,6 +67,8 @@ def test_profile_candidate_finds_every_identity_row_on_the_fallback_path(identit
     assert g["memory_matches_temporaries"]["status"] == "pass"
     assert g["compile_resources"]["status"] == "skip" and "interpreter" in g["compile_resources"]["detail"]
     assert g["pair_supports_bar"]["status"] == "skip"
+    # not a timing: after each row's profile, on fresh values, the identity computes what BENCH_BASE computes
+    assert g["timed_outputs_match"]["status"] == "pass" and g["timed_outputs_match"]["value"].startswith("2/2")
     for row in rec["data"]["rows"]:
         assert row["path"] == "fallback" and row["implied_endpoint_speedup"] == 1.0
         assert row["peak_reduction_bytes"] == 0 and row["new_kernels"] == [] and row["gone_kernels"] == []

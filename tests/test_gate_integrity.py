@@ -1,7 +1,7 @@
 """Gate integrity on the default campaign (real fla-core 0.6.0, CPU interpreter): each way of passing
 by accident or narrowing the contract stops at its gate, with the evidence in the record, and so does
 each adversarial candidate of tests/data/candidates (hidden files, binary diffs, code right only under
-pytest, numeric flags set at run time) and a BENCH_BASE tampered with after the freeze.
+pytest, a memoized backward, numeric flags set at run time) and a BENCH_BASE tampered with after the freeze.
 
 The campaign is the default one under another name with a three-case CPU gate (``NARROW``: the cases at
 T = 40 and T = 50, one of them the fixture's bf16 case), written once for this module: every check here is
@@ -195,6 +195,24 @@ def test_a_candidate_right_only_under_pytest_fails_the_outputs_check(narrow: Nar
     assert "cmp_dense_BT64_D16 grad[0]: error 0.5 against the reference" in row["detail"]
     assert "cmp_varlen_BT64_D16 grad[0]" in row["detail"] and "BT32" not in row["detail"]
     assert narrow.verdict(CAMPAIGN)["decided_by"] == {"stage": "candidate_gate", "gate": "outputs_vs_bench_base"}
+    assert cid not in narrow.candidate_ids(CAMPAIGN, "bench")
+
+
+def test_a_memoizing_candidate_fails_the_outputs_check_of_the_profiled_code(narrow: Narrow) -> None:
+    """A backward cached on its inputs' pointers, shapes, dtypes and strides (outside pytest): every input it
+    meets first is right, so the frozen tests and candidate_gate's reference comparison pass; profile_candidate
+    writes fresh values into the profiled tensors and the cache's stale gradients fail, naming the row, before
+    bench spends a round."""
+    cid, _ = _run(narrow, f"overlay:{DATA}/rwkv6_memoizing")
+    gate = narrow.record(CAMPAIGN, "candidate_gate", cid)
+    assert gate["status"] == "pass", gate["reasons"]
+    assert _gate(gate, "outputs_vs_bench_base")["status"] == "pass", "one call per row: nothing stale yet"
+    rec = narrow.record(CAMPAIGN, "profile_candidate", cid)
+    row = _gate(rec, "timed_outputs_match")
+    assert row["status"] == "fail" and row["value"].startswith("0/2 row-rounds"), row
+    assert "after profiling tiny_D16:fwdbwd: grad[" in row["detail"], row["detail"]
+    assert [c["row"] for c in rec["data"]["outputs_checked"]] == ["tiny_D16", "tiny_varlen_D16"]
+    assert narrow.verdict(CAMPAIGN)["decided_by"] == {"stage": "profile_candidate", "gate": "timed_outputs_match"}
     assert cid not in narrow.candidate_ids(CAMPAIGN, "bench")
 
 

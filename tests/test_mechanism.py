@@ -281,13 +281,14 @@ class TestTheTimedCodeIsTheTestedCode:
         return arms_, plan
 
     def rounds(self, arms_, plan, n: int = 2) -> list[dict]:
-        from kgate.stages.bench import fresh_inputs, time_round, timed_outputs
+        from kgate.measure.timed_check import fresh_inputs, timed_outputs
+        from kgate.stages.bench import time_round
 
         recorded = []
         for i in range(n):
-            fresh_inputs(i, arms_, plan)
+            fresh_inputs(i, arms_, [row.name for _k, row, _m, _r in plan.items])
             rnd = time_round(i, arms_, plan, 1, _NoTelemetry())
-            rnd["outputs"] = timed_outputs(i, arms_, plan)
+            rnd["outputs"] = timed_outputs(i, arms_, plan.items)
             recorded.append(rnd)
         return recorded
 

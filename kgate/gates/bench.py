@@ -287,31 +287,12 @@ def gate_autotune(outcomes: list[RowOutcome], evidence: str) -> Gate:
     return Gate(name, threshold, value + (", all SAME" if flagged else ""), "pass", evidence=evidence)
 
 
-def outputs_difference(base: dict[str, Any], cand: dict[str, Any]) -> dict[str, Any]:
-    """The candidate's sampled outputs and gradients against BENCH_BASE's (``Calls.sample_outputs`` of one row):
-    per tensor, the RMS of the differences at the sampled positions over BENCH_BASE's RMS over the whole tensor;
-    the worst tensor, and tensors one arm has and the other has not."""
-    worst, name = 0.0, None
-    missing = sorted(set(base) ^ set(cand))
-    for k in sorted(set(base) & set(cand)):
-        b, c = base[k]["values"], cand[k]["values"]
-        if len(b) != len(c):
-            missing.append(k)
-            continue
-        diff = math.sqrt(sum((x - y) ** 2 for x, y in zip(b, c)) / max(len(b), 1))
-        rel = diff / max(float(base[k]["rms"]), 1e-30) if diff else 0.0
-        if not math.isfinite(rel):
-            rel = math.inf
-        if rel > worst or name is None:
-            worst, name = rel, k
-    return {"rel": worst, "tensor": name, "missing": missing}
-
-
 def gate_timed_outputs(recorded: list[dict[str, Any]], tol: float, evidence: str) -> Gate:
-    """The timed code is the tested code: after every round, on that round's fresh inputs, every row's outputs and
-    gradients in the candidate's timing process are within ``tol`` (relative RMS at sampled positions) of
-    BENCH_BASE's. A candidate that computes differently outside pytest, or returns results cached for other
-    values, fails here. Judged on CPU too: it is not a timing."""
+    """The timed code is the tested code: after every round (bench) or each row's profile (profile_candidate), on
+    fresh inputs, every row's outputs and gradients in the candidate's timing process are within ``tol`` (relative
+    RMS at sampled positions, ``kgate.measure.timed_check``) of BENCH_BASE's. A candidate that computes differently
+    outside pytest, or returns results cached for other values, fails here. Judged on CPU too: it is not a timing.
+    Each checked entry names itself by its ``label`` (profile_candidate's), else as round ``index + 1``."""
     name, threshold = "timed_outputs_match", f"sampled outputs and gradients within {tol:g} (relative RMS) of BENCH_BASE's"
     bad, seen, worst = [], 0, 0.0
     for r in recorded:
@@ -320,7 +301,7 @@ def gate_timed_outputs(recorded: list[dict[str, Any]], tol: float, evidence: str
             worst = max(worst, d["rel"])
             if d["missing"] or d["rel"] > tol:
                 what = f"missing {', '.join(d['missing'])}" if d["missing"] else f"{d['tensor']} off by {d['rel']:.3g}"
-                bad.append(f"round {r['index'] + 1} {key}: {what}")
+                bad.append(f"{r.get('label') or 'round ' + str(r['index'] + 1)} {key}: {what}")
     if not seen:
         return Gate(name, threshold, "no round checked", "skip", evidence=evidence)
     return Gate(name, threshold, f"{seen - len(bad)}/{seen} row-rounds, worst {worst:.3g}", "fail" if bad else "pass",

@@ -53,7 +53,6 @@ from __future__ import annotations
 
 import socket
 import time
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,7 +72,6 @@ from kgate.gates.bench import (
     evaluate,
     exclusive_gate,
     gate_timed_outputs,
-    outputs_difference,
     replication,
     to_rounds,
 )
@@ -83,6 +81,7 @@ from kgate.measure.arms import Arm
 from kgate.measure.profile import not_measured, removal_table
 from kgate.measure.replicas import WorkerPairs
 from kgate.measure.rows import MeasureSpec, Row
+from kgate.measure.timed_check import fresh_inputs, timed_outputs
 from kgate.records import StageResult
 from kgate.stages.common import ROUNDS_SHARE, Context, timed_arms
 
@@ -170,40 +169,15 @@ def run_rounds(pairs: WorkerPairs, plan: Plan, samples: int, telemetry: measure.
             return recorded, dec, resumed_from, note
         pairs.before_round()
         index = len(recorded)
-        fresh_inputs(index, pairs.arms, plan)
+        fresh_inputs(index, pairs.arms, [row.name for _k, row, _m, _r in plan.items])
         rnd = time_round(index, pairs.arms, plan, samples, telemetry, hold=key_parts.get("timer") == "host_ahead")
-        rnd["outputs"] = timed_outputs(index, pairs.arms, plan)
+        rnd["outputs"] = timed_outputs(index, pairs.arms, plan.items)
         rnd.update(pair=pairs.pair, pids=pairs.pids, pair_ready_s=pairs.history[-1]["ready_s"] or None,
                    pair_phases_s=pairs.history[-1]["phases_s"])
         rnd["exclusive"] = measure.foreign_processes(telemetry.compute_apps(), pairs.ours)
         checkpoints.append_line(ckpt, rnd)
         recorded.append(rnd)
         pairs.after_round(index)
-
-
-def fresh_inputs(index: int, arms: dict[str, Arm], plan: Plan) -> None:
-    """Before a round, untimed: new input values for every row in both arms, written into the same tensors
-    (``Calls.refresh``: the row's seed moved by the round), equal across arms by their fingerprints."""
-    names = list(dict.fromkeys(row.name for _k, row, _m, _r in plan.items))
-    got = {a: arms[a].request("refresh", rows=names, round=index) for a in ("base", "cand")}
-    for name in names:
-        measure.compare_hashes("fresh input", name, {a: {k: str(v) for k, v in got[a][name].items()} for a in got})
-
-
-def timed_outputs(index: int, arms: dict[str, Arm], plan: Plan) -> dict[str, Any]:
-    """After a round, untimed: one more call per row in each arm on the round's inputs; the candidate's outputs and
-    gradients at sampled positions against BENCH_BASE's (``kgate.gates.bench.outputs_difference``)."""
-    out = {}
-    for key, row, mode, _role in plan.items:
-        seed = row_seed_for(index, key)
-        got = {a: arms[a].request("sample_outputs", row=row.name, mode=mode, seed=seed) for a in ("base", "cand")}
-        out[key] = outputs_difference(got["base"], got["cand"])
-    return out
-
-
-def row_seed_for(index: int, key: str) -> int:
-    """The positions sampled after round ``index`` of row ``key`` (the same in both arms, new every round)."""
-    return (zlib.crc32(key.encode()) + 104729 * (index + 1)) % 2**31
 
 
 def ready_pair(new: dict[str, Arm], first: dict[str, Arm], device: dict[str, Any], plan: Plan,

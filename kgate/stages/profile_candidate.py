@@ -19,7 +19,12 @@ profile_baseline. Per row:
   them, a fallback row by at most tol of them either way;
 * **census**: kernels the candidate launches that the baseline never launched
   (on any profiled row). One that ``replacement`` does not match is a hidden
-  replacement: the stage fails.
+  replacement: the stage fails;
+* **outputs**: after the row's profile, in the same two workers, fresh input
+  values and the candidate's sampled outputs and gradients against BENCH_BASE's
+  (``kgate.measure.timed_check``; gate ``timed_outputs_match``, tolerance
+  ``bench.outputs_rtol``): the code profiled computes what was tested, judged on
+  CPU too.
 
 Compile resources per enabled dispatch class (a class with at least one
 optimized row): registers, spills, shared memory and an occupancy estimate of
@@ -41,11 +46,12 @@ from typing import Any
 
 from kgate import paths
 from kgate.gates import env as env_gates
-from kgate.gates.bench import memory_rule
+from kgate.gates.bench import gate_timed_outputs, memory_rule
 from kgate.measure import coordinator as measure
 from kgate.measure.arms import WorkerFailure
 from kgate.measure.profile import measure_row, not_measured, per_call, removal_table
 from kgate.measure.rows import CPU_TIMING_NOTE, MeasureSpec, Row
+from kgate.measure.timed_check import PROFILE_ROUND, fresh_inputs, timed_outputs
 from kgate.records import Gate, StageResult
 from kgate.stages.common import PROFILE_SHARE, Context, failed_run_gate
 from kgate.stats import summarize
@@ -98,6 +104,16 @@ def pair_row(spec: MeasureSpec, row: Row, base: dict[str, Any], cand: dict[str, 
         "new_kernels": sorted(set(kc) - set(kb)), "gone_kernels": sorted(set(kb) - set(kc)),
         "timer": cand["profile"]["timer"], "iterations": {"base": ib, "cand": ic},
     }
+
+
+def outputs_check(index: int, row: Row, mode: str, arms: dict[str, Any]) -> dict[str, Any]:
+    """After a row's profile, in the same two workers: fresh input values (``PROFILE_ROUND``, values no bench round
+    uses), then the candidate's sampled outputs and gradients against BENCH_BASE's (``kgate.measure.timed_check``);
+    an entry for ``gate_timed_outputs``."""
+    fresh_inputs(PROFILE_ROUND, arms, [row.name])
+    key = f"{row.name}:{mode}"
+    return {"index": index, "label": "after profiling", "row": row.name,
+            "outputs": timed_outputs(PROFILE_ROUND, arms, [(key, row, mode, "profiled")])}
 
 
 def path_mismatches(spec: MeasureSpec, rows: list[dict[str, Any]]) -> list[str]:
@@ -256,6 +272,7 @@ def run(ctx: Context) -> StageResult:
         return StageResult(gates=[env_gate], data={"measured": False, "candidate": cid,
                                                    "workers": {a.name: a.info for a in arms}})
     table: list[dict[str, Any]] = []
+    checks: list[dict[str, Any]] = []
     failure: dict[str, Any] | None = None
     resources: dict[str, Any] = {}
     autotune: dict[str, Any] = {}
@@ -279,6 +296,14 @@ def run(ctx: Context) -> StageResult:
                 break
             measure.compare_hashes("input", row.name, {a: got[a]["inputs"]["sha256"] for a in got})
             measure.compare_hashes("output-gradient", row.name, {a: got[a]["warm"]["grad_hashes"] for a in got})
+            try:
+                checks.append(outputs_check(i, row, mode, {"base": base, "cand": cand}))
+            except WorkerFailure as exc:
+                if exc.arm == "cand" and exc.target:
+                    failure = {"row": row.name, "class": row.klass(spec.class_key) if spec.class_key else None,
+                               "error": str(exc)}
+                    break
+                raise
             for arm in arms:
                 arm.request("release", rows=[row.name])
             pr = pair_row(spec, row, got["base"], got["cand"], tol, tuple(build["data"].get("enables") or ()))
@@ -299,11 +324,12 @@ def run(ctx: Context) -> StageResult:
     else:
         gates.append(Gate("candidate_runs", RUNS, f"{len(rows)} rows", "pass",
                           evidence=str(cand.log)))
+        gates.append(gate_timed_outputs(checks, float(spec.bench.get("outputs_rtol", 0.05)), evidence))
         gates += candidate_gates(spec, table, resources, mode, tol, min_ratio, evidence, spill_ratio)
     data = {
         "measured": True, "cpu": spec.cpu, "timings_meaningful": not spec.cpu, "mode": mode, "bar": spec.bar,
         "candidate": cid, "candidate_sha": build["data"]["candidate_sha"], "bench_base": fx["data"]["bench_base"],
-        "device": device, "rows": table, "failure": failure, "memory_tolerance": tol,
+        "device": device, "rows": table, "outputs_checked": checks, "failure": failure, "memory_tolerance": tol,
         "hidden_kernels": hidden_kernels(spec, table) if table else [],
         "resources": resources,
         "classes": class_resources(spec, table, resources, mode, min_ratio, spill_ratio) if table else [],
