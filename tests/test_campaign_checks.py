@@ -214,6 +214,14 @@ def test_a_campaign_may_declare_no_end_to_end_workload(tmp_path: Path) -> None:
     assert "model" not in absent.data, "an absent optional section is not filled in with defaults"
 
 
+def test_every_shipped_campaign_states_its_end_to_end_workload_or_why_it_has_none() -> None:
+    """Without a ``model`` section a GPU run is never GO (the model stage is unavailable): every shipped campaign
+    names a workload or says ``model: {none: <reason>}``."""
+
+    bare = [p.name for p in sorted(CAMPAIGNS.glob("*.yaml")) if "model" not in (yaml.safe_load(p.read_text()) or {})]
+    assert not bare, f"campaigns without a model section: {bare}"
+
+
 def test_neutral_defaults_and_fla_conventions_stated_by_the_campaigns() -> None:
     liger = campaign_checks.load("liger-layer-norm-rows")
     assert liger.fixture_test_paths == ("test/transformers/**",), "null: the gate's own folders"

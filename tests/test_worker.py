@@ -361,3 +361,69 @@ def test_the_flush_kernel_zeroes_its_whole_buffer_under_the_interpreter(tmp_path
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["0", str(3 * 4096 + 5)]
+
+
+UNSUPPORTED_PACKAGE = TOY_PACKAGE.replace(
+    "tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 2.0, mask=mask)",
+    "x = tl.load(x_ptr + offs, mask=mask)\n"
+    "    y = tl.inline_asm_elementwise('mov.b32 $0, $1;', '=r,r', [x], dtype=tl.float32, is_pure=True, pack=1)\n"
+    "    tl.store(y_ptr + offs, y, mask=mask)")
+
+
+def _unsupported(root: Path) -> Arm:
+    """A worker whose op launches a kernel the Triton interpreter cannot run (inline PTX)."""
+    wt, inputs = toy_worktree(root)
+    (wt / "toyop" / "__init__.py").write_text(UNSUPPORTED_PACKAGE)
+    return start("cand", root, inputs, wt)
+
+
+def test_an_interpreter_failure_in_a_timed_call_is_unavailable_not_the_targets(tmp_path: Path) -> None:
+    """The interpreter's own NotImplementedError inside a timed call: the worker answers ``unavailable`` ("cannot
+    run on CPU"), which no stage charges to the arm as its failure."""
+    arm = _unsupported(tmp_path)
+    try:
+        arm.request("prepare", rows=[ROWS[0]])
+        with pytest.raises(WorkerFailure) as info:
+            arm.request("warm", row="small", mode="fwdbwd", calls=1)
+    finally:
+        arm.close()
+    assert info.value.unavailable and info.value.arm == "cand"
+    assert "cannot run on CPU: InterpreterError: NotImplementedError('inline_asm not supported" in str(info.value)
+
+
+def test_a_stage_whose_op_cannot_run_on_cpu_records_unavailable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                                ) -> None:
+    """``kgate.stages.common.execute`` around a stage body that times the unsupported op on a real worker: the
+    record is ``unavailable`` (gate ``runs_here``, naming the worker's log), never ``fail``, and the CPU verdict
+    it feeds is never NO-GO."""
+    import argparse
+    import json
+
+    from kgate import verdict
+    from kgate.stages import common
+
+    monkeypatch.chdir(tmp_path)
+
+    def body(ctx: common.Context):
+        arm = _unsupported(tmp_path / "arm")
+        try:
+            arm.request("prepare", rows=[ROWS[0]])
+            arm.request("time", row="small", mode="fwdbwd", n=2)
+        finally:
+            arm.close()
+        raise AssertionError("the unsupported op ran")
+
+    record = tmp_path / "record.json"
+    args = argparse.Namespace(
+        stage="profile_baseline", campaign_file=str(REPO / "config/campaigns/chunk-local-cumsum-identity.yaml"),
+        target_path=None, candidate=None, candidate_source=None, gpu="cpu", input_record=[], local_rule=True,
+        record=str(record), runtime_min=10, sdist_cache=str(tmp_path / "sdists"), test_timeout_s=60, workers="1",
+        kernel_cache=str(tmp_path / "kernels"))
+    (tmp_path / "arm").mkdir()
+    assert common.execute("profile_baseline", body, args) == 0
+    rec = json.loads(record.read_text())
+    assert rec["status"] == "unavailable", rec["reasons"]
+    [gate] = rec["gates"]
+    assert gate["name"] == "runs_here" and gate["status"] == "unavailable"
+    assert "cannot run on CPU" in gate["detail"] and gate["evidence"].endswith("worker-cand.log")
+    assert verdict.WORD[rec["status"]] != "NO-GO"
