@@ -106,7 +106,8 @@ def test_controls_are_judged_as_a_family() -> None:
 
 def test_an_outlier_round_is_excluded_from_every_row_and_replaced() -> None:
     """One round with one arm 20 % slow in one of three rows: excluded (named, with its p-value), from every row,
-    and the valid count drops by one, so the loop runs a round in its place; a clean run excludes nothing."""
+    with its AB/BA partner, so the valid rounds stay whole crossover pairs and the loop reruns the pair; a clean
+    run excludes nothing."""
     logs = normal_rows({"a": (1.0, 0.01), "b": (1.04, 0.01), "c": (1.0, 0.005)}, 11, seed=5)
     clean = rows_of(logs)
     assert decide_bench(clean, CFG, gated=["a", "b", "c"]).excluded == ()
@@ -115,9 +116,21 @@ def test_an_outlier_round_is_excluded_from_every_row_and_replaced() -> None:
     dec = decide_bench(dirty, CFG, gated=["a", "b", "c"])
     (ex,) = dec.excluded
     assert (ex.round, ex.row) == (6, "b") and ex.p_value < ex.threshold and ex.deviation > 0.15
-    assert dec.valid_rounds == 10 and dec.rounds == 11 and all(d.rounds == 10 for d in dec.rows.values())
-    assert "round 7 excluded as an outlier of b" in dec.notes[0]
-    assert dec.continue_, "10 valid rounds is not a look: a further round replaces the excluded one"
+    assert dec.out == (6, 7), "round 7 (AB, index 6) and its partner round 8 (BA)"
+    assert dec.valid_rounds == 9 and dec.rounds == 11 and all(d.rounds == 9 for d in dec.rows.values())
+    assert [r.order for i, r in enumerate(dirty["a"]) if i not in dec.out] == list(stats.alternating_orders(9))
+    assert "round 7 excluded as an outlier of b" in dec.notes[0] and "its AB/BA partner, round 8, goes" in dec.notes[0]
+    assert "at 9 valid rounds" in dec.reason, "the look is decided on the 9 valid rounds, not the 11 recorded"
+    # an outlier in the last, unpaired round: its partner, not yet run, is taken out when it is recorded
+    logs = normal_rows({"a": (1.0, 0.01), "b": (1.04, 0.01), "c": (1.0, 0.005)}, 11, seed=5)
+    logs["b"][10] += math.log(1.2)
+    last = decide_bench(rows_of(logs), CFG, gated=["a", "b", "c"])
+    assert [e.round for e in last.excluded] == [10] and last.out == (10,) and last.valid_rounds == 10
+    assert "round 12 (the next), goes with it" in last.notes[0]
+    more = normal_rows({"a": (1.0, 0.01), "b": (1.04, 0.01), "c": (1.0, 0.005)}, 12, seed=5)
+    more["b"][10] += math.log(1.2)
+    after = decide_bench(rows_of(more), CFG, gated=["a", "b", "c"])
+    assert after.out == (10, 11) and after.valid_rounds == 10
     off = decide_bench(dirty, CFG, gated=["a", "b", "c"], max_excluded=0)
     assert off.excluded == () and off.valid_rounds == 11
     assert off.rows["b"].estimate.upper - off.rows["b"].estimate.lower > \

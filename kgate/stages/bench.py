@@ -285,7 +285,7 @@ def _measure(ctx: Context, spec: MeasureSpec, cfg: BenchConfig, plan: Plan, arms
                                                               bar=cfg.bar)
     finally:
         pairs.close()
-    excluded = tuple(e.round for e in dec.excluded)
+    excluded = dec.out
     outcomes, row_data = [], []
     enabled = tuple(build["data"].get("enables") or ())
     for key, row, mode, role in plan.items:
@@ -312,7 +312,8 @@ def _measure(ctx: Context, spec: MeasureSpec, cfg: BenchConfig, plan: Plan, arms
                        "look_confidence": ctl.look_confidence, "looks": list(ctl.looks())},
         "rounds": len(recorded), "resumed_from_round": resumed_from, "checkpoint": str(ckpt), "resume": resume_note,
         "stopping": {"reason": dec.reason, "valid_rounds": dec.valid_rounds, "geomean_vs_bar": dec.bar,
-                     "controls_as_family": dec.controls, "excluded_rounds": [e.as_dict() for e in dec.excluded]},
+                     "controls_as_family": dec.controls, "excluded_rounds": [e.as_dict() for e in dec.excluded],
+                     "rounds_out": list(dec.out)},
         "replication": replication(recorded, cfg.rounds_per_pair),
         "calibration": calibration(outcomes),
         "geomean": est.as_dict() if est else None, "rows": row_data,

@@ -1,4 +1,4 @@
-"""Outlier rounds: a stated rule that takes a wild round out and has it replaced, never absorbed silently.
+"""Outlier rounds: a stated rule that takes a wild round out and has its AB/BA pair rerun, never absorbed silently.
 
 One round slowed by a context switch, a clock dip or a hiccup on the host
 moves a row's log-ratio far from the others. Kept, it widens the interval
@@ -27,10 +27,14 @@ Rule (:func:`screen`), over the rows timed in the same rounds:
    rest, until no round qualifies or ``limit`` rounds are out. Nothing is
    judged below :data:`MIN_VALID` valid rounds.
 
-The controller counts valid rounds only, so the loop runs another round in
-place of each excluded one (the rounds keep alternating AB/BA); the excluded
-round stays in the checkpoint and the record names it with its row, p-value
-and deviation. The screen is a pure function of the recorded rounds, so a
+The benchmark's stopping rule (:func:`kgate.stats.stopping.paired_out`) takes
+each excluded round out with its AB/BA partner (rounds 2k and 2k + 1), so the
+valid rounds stay whole crossover pairs, in which the order effect cancels;
+the controller counts valid rounds only, so the loop reruns the pair (the
+rounds keep alternating AB/BA). The excluded round and its partner stay in the
+checkpoint, and the record names the outlier with its row, p-value and
+deviation (``stopping.excluded_rounds``), and every round that does not count
+(``stopping.rounds_out``). The screen is a pure function of the recorded rounds, so a
 resumed run excludes the same rounds; as rounds accumulate, an earlier round
 can qualify later.
 

@@ -6,8 +6,10 @@ timed in the same rounds), so a coordinator can checkpoint rounds and resume,
 as with :func:`kgate.stats.decide` for one row. Rules, in order:
 
 1. **Outlier rounds** (:mod:`kgate.stats.outliers`): at most ``max_excluded``
-   rounds (default a fifth of the cap) are taken out of every row; the rest
-   are the valid rounds, and only they count.
+   rounds (default a fifth of the cap) are taken out of every row, each with
+   its AB/BA partner (rounds 2k and 2k + 1), so the valid rounds stay whole
+   crossover pairs and the loop reruns the pair; the rest are the valid
+   rounds, and only they count.
 2. **Each row** is decided by :func:`kgate.stats.decide` on the valid rounds:
    between looks, below the minimum, or AMBIGUOUS at a look before the cap,
    the run continues.
@@ -107,6 +109,8 @@ class BenchDecision:
     reason: str
     rounds: int = 0
     notes: tuple[str, ...] = field(default=())
+    #: every recorded round that does not count: the outliers and their AB/BA partners (``paired_out``)
+    out: tuple[int, ...] = field(default=())
 
 
 def decide_bench(rounds: Mapping[str, Sequence[Round]], cfg: ControllerConfig, *, gated: Sequence[str],
@@ -134,7 +138,8 @@ def decide_bench(rounds: Mapping[str, Sequence[Round]], cfg: ControllerConfig, *
         orders = [r.order for r in rounds[keys[0]]]
         logs = {k: [math.log(r.base_ms / r.cand_ms) for r in rounds[k]] for k in keys}
         excluded = screen(logs, orders, cfg.resolution, limit)
-    out = {e.round for e in excluded}
+    orders_all = [r.order for r in rounds[keys[0]]]
+    out = set(paired_out(excluded, orders_all))
     valid = {k: [r for i, r in enumerate(rounds[k]) if i not in out] for k in keys}
     n = total - len(out)
     rows = {k: decide(valid[k], cfg) for k in keys}
@@ -174,5 +179,36 @@ def decide_bench(rounds: Mapping[str, Sequence[Round]], cfg: ControllerConfig, *
                   else f"every row, the geomean and the controls decided at {n} valid rounds")
     notes = tuple(f"round {e.round + 1} excluded as an outlier of {e.row}: log-ratio {e.log_ratio:+.4f}, "
                   f"{e.deviation:+.4f} from its order's other rounds (t = {e.t:.1f}, p = {e.p_value:.1e} < "
-                  f"{e.threshold:.1e}); a further round replaces it" for e in excluded)
-    return BenchDecision(go, rows, est, side, fam, excluded, n, reason, total, notes)
+                  f"{e.threshold:.1e}); {_pair_note(e.round, orders_all)}" for e in excluded)
+    return BenchDecision(go, rows, est, side, fam, excluded, n, reason, total, notes, tuple(sorted(out)))
+
+
+def partner(index: int, orders: Sequence[str]) -> int | None:
+    """The AB/BA partner of round ``index``: rounds 2k and 2k + 1 form a crossover pair when their orders differ
+    (the benchmark alternates AB, BA, ... from round 0); None when the orders do not pair that way."""
+    other = index + 1 if index % 2 == 0 else index - 1
+    if other < len(orders) and orders[other] == orders[index]:
+        return None
+    return other
+
+
+def paired_out(excluded: Sequence[Exclusion], orders: Sequence[str]) -> tuple[int, ...]:
+    """The recorded rounds that do not count: each outlier and its AB/BA partner (``partner``), so the valid
+    rounds stay whole crossover pairs and the loop reruns the pair; a partner not yet run is taken out when it
+    is recorded."""
+    out = set()
+    for e in excluded:
+        out.add(e.round)
+        other = partner(e.round, orders)
+        if other is not None and other < len(orders):
+            out.add(other)
+    return tuple(sorted(out))
+
+
+def _pair_note(index: int, orders: Sequence[str]) -> str:
+    other = partner(index, orders)
+    if other is None:
+        return "a further round replaces it"
+    if other < len(orders):
+        return f"its AB/BA partner, round {other + 1}, goes with it, and a further pair replaces both"
+    return f"its AB/BA partner, round {other + 1} (the next), goes with it, and a further pair replaces both"
