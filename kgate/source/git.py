@@ -15,6 +15,16 @@ conversion, filter, ident or encoding between the objects and the files, and eve
 diff is text), commits take every file of the worktree, ignored ones included, and
 diffs are read with ``--text``. A target's ``.gitignore`` or ``.gitattributes`` is a
 file like any other: it cannot hide a file from a commit nor a change from a diff.
+
+A clone may lack some blobs (a partial clone, ``--filter=blob:limit=...``, or a
+mirror that leaves its largest files out): kgate's clone reads objects through
+alternates and cannot fetch them. Such a commit is checked out sparse: every
+file whose blob is absent stays off disk (the worktree's sparse-checkout lists
+each by path, :func:`absent_blobs`), and kgate's commits keep those entries as
+the tree has them (``write-tree --missing-ok``), so a fixture or candidate
+commit differs from its parent only by what was changed. A test that reads
+such a file fails or skips the same way in every arm; the target record lists
+the paths, and a frozen, fixture or candidate path among them is refused.
 """
 
 from __future__ import annotations
@@ -114,18 +124,47 @@ def reset_worktree(repo: Path, path: Path, commit: str, branch: str | None = Non
             shutil.rmtree(path)
         git("--git-dir", str(repo), "worktree", "prune")
     path.parent.mkdir(parents=True, exist_ok=True)
-    if branch:
-        git("--git-dir", str(repo), "worktree", "add", "--quiet", "-B", branch, str(path), commit)
-    else:
-        git("--git-dir", str(repo), "worktree", "add", "--quiet", "--detach", str(path), commit)
+    absent = absent_blobs(repo, commit)
+    where = ["-B", branch] if branch else ["--detach"]
+    if not absent:
+        git("--git-dir", str(repo), "worktree", "add", "--quiet", *where, str(path), commit)
+        return
+    # sparse: the absent blobs' paths stay off disk, every other file is checked out
+    git("--git-dir", str(repo), "worktree", "add", "--quiet", "--no-checkout", *where, str(path), commit)
+    patterns = "/*\n" + "".join(f"!/{_escape_pattern(p)}\n" for p in absent)
+    git("sparse-checkout", "set", "--no-cone", "--stdin", cwd=path, input_text=patterns)
+    git("read-tree", "--reset", "-u", "HEAD", cwd=path)
+
+
+def _escape_pattern(rel: str) -> str:
+    """``rel`` as a literal sparse-checkout (gitignore-syntax) pattern."""
+    return "".join("\\" + ch if ch in "*?[]\\!# " else ch for ch in rel)
+
+
+def absent_blobs(repo: Path, commit: str) -> list[str]:
+    """Paths of ``commit``'s files whose blobs are not in ``repo``'s object store (sorted; empty for a whole
+    clone). One ``cat-file --batch-check`` over the tree's blob ids."""
+    entries = {p: oid for p, (mode, oid) in tree_entries(repo, commit).items() if mode != "160000"}
+    if not entries:
+        return []
+    wanted = sorted(set(entries.values()))
+    out = git("--git-dir", str(repo), "cat-file", "--batch-check=%(objectname)", input_text="\n".join(wanted) + "\n")
+    missing = {line.split()[0] for line in out.splitlines() if line.endswith(" missing")}
+    return sorted(p for p, oid in entries.items() if oid in missing)
 
 
 def commit_all(worktree: Path, message: str) -> str:
     """Stage every file in ``worktree``, ignored ones included (``--force``: a ``.gitignore`` hides nothing),
-    and commit with kgate's fixed identity."""
+    and commit with kgate's fixed identity. In a sparse worktree (absent blobs) the files left off disk keep
+    their entries: the tree is written with ``--missing-ok`` and committed by plumbing."""
     git("add", "-A", "--force", cwd=worktree)
-    git("commit", "--quiet", "--allow-empty", "--no-verify", "-m", message, cwd=worktree, env=COMMIT_ENV)
-    return head(worktree)
+    if git("config", "--get", "core.sparseCheckout", cwd=worktree, check=False).strip() != "true":
+        git("commit", "--quiet", "--allow-empty", "--no-verify", "-m", message, cwd=worktree, env=COMMIT_ENV)
+        return head(worktree)
+    tree = git("write-tree", "--missing-ok", cwd=worktree).strip()
+    sha = git("commit-tree", tree, "-p", "HEAD", "-m", message, cwd=worktree, env=COMMIT_ENV).strip()
+    git("update-ref", "HEAD", sha, cwd=worktree)
+    return sha
 
 
 def head(worktree: Path) -> str:

@@ -89,10 +89,18 @@ def run(ctx: Context) -> StageResult:
     else:
         data = materialize_repo(c, repo)
     wt = paths.worktree(c.name, gpu, "baseline")
+    absent = git.absent_blobs(repo, data["baseline_sha"])
+    frozen_absent = sorted(set(absent) & set(c.data["frozen"]))
+    if frozen_absent:
+        raise TargetError(f"frozen: {', '.join(frozen_absent)} cannot be frozen: the blob is not in "
+                          f"{data.get('repo_path', repo)} (a partial clone or an incomplete mirror)")
     git.reset_worktree(repo, wt, data["baseline_sha"])
-    data.update({"identity": c.target_identity, "clone": str(repo), "worktree": str(wt)})
+    data.update({"identity": c.target_identity, "clone": str(repo), "worktree": str(wt), "absent_blobs": absent})
     identity = data.get("sdist_sha256") or data["baseline_sha"]
     gates = [Gate("target_resolved", "baseline commit exists in kgate's clone", data["baseline_sha"], "pass",
                   evidence=str(paths.record(c.name, gpu, "target"))),
-             Gate("baseline_identity", "exact SHA or sdist sha256", identity, "pass")]
+             Gate("baseline_identity", "exact SHA or sdist sha256", identity, "pass"),
+             Gate("absent_blobs", "files whose blobs the clone lacks stay off disk in every arm (stated, not gated)",
+                  f"{len(absent)} file(s) off disk: {', '.join(absent[:5])}" + (" ..." if len(absent) > 5 else "")
+                  if absent else "none", "pass")]
     return StageResult(gates=gates, data=data)
