@@ -156,9 +156,8 @@ def _forward_only(c: Campaign, spec: MeasureSpec) -> None:
     """``measure.differentiate: []`` (an op without a backward): no timed or profiled call may be fwdbwd."""
     if spec.differentiate:
         return
-    modes = {"profile.mode": spec.profile.get("mode", "fwdbwd"),
-             "bench.modes.gated": (spec.bench.get("modes") or {}).get("gated", "fwdbwd"),
-             "bench.modes.controls": (spec.bench.get("modes") or {}).get("controls", "fwd"),
+    modes = {"profile.mode": spec.profile_mode, "bench.modes.gated": spec.gated_mode,
+             "bench.modes.controls": spec.control_mode,
              "ncu.mode": (c.data.get("ncu") or {}).get("mode", "fwdbwd") if c.data.get("ncu") else "fwd"}
     for key, mode in modes.items():
         if mode == "fwdbwd":
@@ -166,9 +165,19 @@ def _forward_only(c: Campaign, spec: MeasureSpec) -> None:
                               "backward): set it to fwd")
 
 
+def _profiled_call(c: Campaign, spec: MeasureSpec) -> None:
+    """The profiled call is the gated one: the plausibility bound is a best case for the endpoint the bar judges
+    (profiling fwdbwd for a bar on fwd would bound a call bench never times, with kernels the claim never named)."""
+    if spec.profile.get("mode") and spec.profile_mode != spec.gated_mode:
+        raise ConfigError(f"{c.path}: key 'profile.mode': {spec.profile_mode}, but bench.modes.gated is "
+                          f"{spec.gated_mode}: the profiled call must be the one the bar judges (leave profile.mode "
+                          "unset to follow bench)")
+
+
 def _measure(c: Campaign, spec: MeasureSpec) -> None:
     """One device kind's rows, row names, endpoint kinds and classes."""
     _forward_only(c, spec)
+    _profiled_call(c, spec)
     rows_key = "measure.cpu.rows" if spec.cpu else "measure.rows"
     with _named(c, rows_key):
         table = row_table(spec.explicit_rows)

@@ -10,7 +10,8 @@ config/campaigns/<campaign>.yaml), and from ``reports/<campaign>/<gpu>/verdict.j
 (``FORCED`` runs say so), the gate and the sentence that decided it with that gate's detail (cut at 160
 characters), and the benchmark's geomean when bench measured one and another gate decided; an entry's ``forced``
 record (a run forced past a STOP) adds its bench geomean, said to be forced. A campaign without a report on that
-device says "not run on <gpu>", with the entry's ``not_run`` reason. ``--write`` replaces what lies between the
+device says "not run on <gpu>", with the entry's ``not_run`` reason; an INCONCLUSIVE report adds the entry's
+``incomplete`` reason. ``--write`` replaces what lies between the
 ``<!-- replays:begin -->`` and ``<!-- replays:end -->`` lines of the file; nothing else changes.
 """
 
@@ -100,6 +101,8 @@ def row(entry: dict[str, Any], root: Path, gpu: str) -> str:
         detail = deciding_detail(v)
         if detail:
             decided += f": {detail}"
+        if v["verdict"] == "INCONCLUSIVE" and entry.get("incomplete"):
+            decided += f" ({entry['incomplete']})"
         gm = geomean(v)
         if gm and (by.get("stage"), by.get("gate")) != ("bench", "geomean_speedup"):
             decided += f"; bench geomean {gm}"

@@ -92,6 +92,9 @@ def cu(key: str, name: str, value: list[int]):
     (lambda d: d["profile"].update(rows=["varlen_D256"]), "key 'profile.rows': unknown row(s) varlen_D256"),
     (lambda d: d["ncu"].update(rows=["varlen"]), "key 'ncu.rows': unknown row(s) varlen"),
     (lambda d: d["measure"]["cpu"].update(controls=["tiny"]), "key 'measure.cpu.controls': unknown row(s) tiny"),
+    # the profiled call is the one the bar judges (a fwdbwd profile would bound a call bench never times)
+    (lambda d: d["profile"].update(mode="fwd"),
+     "key 'profile.mode': fwd, but bench.modes.gated is fwdbwd: the profiled call must be the one the bar judges"),
     # endpoint kinds and classes of the gated rows
     (lambda d: d["bench"].update(endpoints=["dense", "varlen", "paged"]),
      "key 'bench.endpoints': no gated row of kind paged (check bench.gated and measure.rows)"),
@@ -233,3 +236,18 @@ def test_neutral_defaults_and_fla_conventions_stated_by_the_campaigns() -> None:
         assert d["fixture"]["test_paths"] == ["tests/**"] and d["bench"]["endpoints"] == ["dense", "varlen"]
         assert d["model"]["workloads"] == ["dense", "varlen"] and d["model"]["varlen_key"] == "cu_seqlens"
         assert d["measure"].get("registry") is None or d["measure"]["registry"]["format"] == "fla-ops"
+
+
+def test_the_profiled_call_follows_the_gated_mode_unless_set(tmp_path: Path) -> None:
+    """profile.mode unset follows bench.modes.gated (a forward-only claim is bounded on the forward); set to the
+    same call it is accepted."""
+    def fwd_bar(d: dict) -> None:
+        d["bench"]["modes"] = {"gated": "fwd", "controls": "fwd"}
+        d["profile"].pop("mode", None)
+        d.get("ncu", {}).pop("mode", None)
+    c = campaign_checks.load(write(tmp_path, fwd_bar))
+    spec = load_spec(c, "h200")
+    assert (spec.profile_mode, spec.gated_mode) == ("fwd", "fwd")
+    campaign_checks.load(write(tmp_path, lambda d: (fwd_bar(d), d["profile"].update(mode="fwd"))))
+    msg = refused(write(tmp_path, lambda d: (fwd_bar(d), d["profile"].update(mode="fwdbwd"))))
+    assert "key 'profile.mode': fwdbwd, but bench.modes.gated is fwd" in msg, msg

@@ -364,3 +364,22 @@ class TestRemovedTorchOps:
         a = analyse(spec, row, m, launch_us=5.0, bytes_per_s=4.3e12)
         assert a["removed"]["launches_per_call"] == 2.0 and a["removed"]["device_us_per_call"] == 350.0
         assert [g.status for g in structural_gates(spec, [a], "e", "stop")] == ["pass", "pass"]
+
+
+def test_real_h200_fusion_naming_only_torch_kernels_says_what_to_name() -> None:
+    """The TVD replay on an H200 before its campaign named the TVD kernel: the mechanism named only torch's
+    division kernels, so neither arm had a compiled variant to compare; the problem says so and names the key.
+    With the shipped campaign (measure.kernels.replaced holds the TVD kernel) the same resources pass: its
+    variants in both arms keep 0 spills and the same occupancy."""
+    import dataclasses
+    import json
+
+    rec = json.loads((Path(__file__).parent / "data" / "mechanism"
+                      / "h200_tvd_profile_candidate_removed_only.json").read_text())
+    data = rec["data"]
+    shipped = measure.load_spec(campaign.load("liger-tvd-fused-scale-1127"), "h200")
+    unnamed = dataclasses.replace(shipped, replaced=None)
+    problems = class_resources(unnamed, data["rows"], data["resources"], data["mode"], 0.5, 1.0)[0]["problems"]
+    assert len(problems) == 1 and "in either arm" in problems[0] and "measure.kernels.replaced" in problems[0]
+    got = class_resources(shipped, data["rows"], data["resources"], data["mode"], 0.5, 1.0)[0]
+    assert got["problems"] == [] and {v["kernel"] for v in got["candidate_variants"]} == {"_tv_distance_kernel"}

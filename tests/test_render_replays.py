@@ -117,3 +117,20 @@ def test_a_forced_record_that_is_not_a_bench_record_is_one_line(tmp_path: Path) 
     (root / record).write_text('{"schema": "kgate.stage/0"}')
     with pytest.raises(SystemExit, match="forced.bench_record"):
         render_replays.table(root, "h200")
+
+
+def test_an_incomplete_report_says_why_its_stages_are_missing(tmp_path: Path) -> None:
+    """An INCONCLUSIVE report whose later stages did not run (the TVD replay's H200 run, where the device time
+    ended during ncu): the row keeps the measured bench geomean and adds the entry's ``incomplete`` reason; the
+    same reason is not shown beside a verdict that is not INCONCLUSIVE."""
+    entry = {**ENTRY, "campaign": "liger-tvd-fused-scale-1127", "incomplete": "device time ended during ncu"}
+    root = root_with(tmp_path, "liger-tvd-fused-scale-1127", entry)
+    folder = root / "reports" / "liger-tvd-fused-scale-1127" / "h200"
+    folder.mkdir(parents=True)
+    verdict = json.loads((REPO / "reports" / "liger-tvd-fused-scale-1127" / "h200" / "verdict.json").read_text())
+    (folder / "verdict.json").write_text(json.dumps(verdict))
+    row = render_replays.table(root, "h200")[2]
+    assert "**INCONCLUSIVE**" in row and "evidence is missing: ncu, model (device time ended during ncu)" in row, row
+    assert "bench geomean 1.665x" in row, row
+    (folder / "verdict.json").write_text(json.dumps({**verdict, "verdict": "NO-GO"}))
+    assert "device time ended" not in render_replays.table(root, "h200")[2]

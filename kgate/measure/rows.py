@@ -149,6 +149,24 @@ class MeasureSpec:
     env_record: tuple[str, ...]
 
     @property
+    def gated_mode(self) -> str:
+        """The call bench times for gated rows (``bench.modes.gated``, default fwdbwd): the call the bar judges."""
+        return (self.bench.get("modes") or {}).get("gated") or "fwdbwd"
+
+    @property
+    def control_mode(self) -> str:
+        """The call bench times for control rows (``bench.modes.controls``, default fwd)."""
+        return (self.bench.get("modes") or {}).get("controls") or "fwd"
+
+    @property
+    def profile_mode(self) -> str:
+        """The call profile_baseline and profile_candidate profile: ``profile.mode``, else bench's gated mode.
+
+        The plausibility bound is a best case for the endpoint the bar judges, so both must be the same call;
+        campaign checks refuse a ``profile.mode`` that differs from ``bench.modes.gated``."""
+        return self.profile.get("mode") or self.gated_mode
+
+    @property
     def removed(self) -> str | None:
         """The ``removes`` kind's kernels (None when the mechanism removes nothing)."""
         return self.mechanism.removed

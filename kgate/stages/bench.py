@@ -108,8 +108,7 @@ class Plan:
 
     @classmethod
     def build(cls, spec: MeasureSpec, table: dict[str, Row]) -> Plan:
-        modes = spec.bench.get("modes") or {}
-        gm, cm = modes.get("gated", "fwdbwd"), modes.get("controls", "fwd")
+        gm, cm = spec.gated_mode, spec.control_mode
         items = [(f"{r.name}:{gm}", r, gm, "gated") for r in spec.gated_rows(table)]
         items += [(f"{r.name}:{cm}", r, cm, "control") for r in spec.control_rows(table)]
         keys = [k for k, *_ in items]

@@ -182,7 +182,7 @@ def run(ctx: Context) -> StageResult:
     wt = ctx.bench_base()
     cache = ctx.triton_cache
     kind = "cpu" if spec.cpu else "gpu"
-    mode = spec.profile.get("mode", "fwdbwd")
+    mode = spec.profile_mode
     deadline = measure.Deadline(ctx.deadline_s(PROFILE_SHARE))
     host = [measure.host_load()]
     (arm,) = measure.start_arms(ctx, spec, [("base", wt, cache)], deadline)

@@ -185,7 +185,12 @@ def class_resources(spec: MeasureSpec, rows: list[dict[str, Any]], resources: di
         cand_v = _variants(resources, "cand", opt, rep, mode, launched_on)
         base_v = _variants(resources, "base", names, spec.replaced_rx, mode, launched_on)
         problems = []
-        if not cand_v:
+        if not cand_v and not base_v:
+            # e.g. a fusion whose named kernels are all torch's: nothing compiled to compare, in either arm
+            problems.append(f"no compiled variant of /{rep.pattern}/ ran on rows {', '.join(opt)} in either arm: "
+                            "name the compiled kernel that takes the work over in measure.kernels.replaced "
+                            "(or measure.kernels.replacement)")
+        elif not cand_v:
             problems.append(f"no compiled variant of /{rep.pattern}/ ran on rows {', '.join(opt)}")
         errors = [f"{v['kernel']}: {v['error']}" for v in cand_v if v.get("error")]
         problems += [f"does not load: {e}" for e in errors]
@@ -247,7 +252,7 @@ def run(ctx: Context) -> StageResult:
     fx, pb, build = ctx.inputs["fixture_freeze"], ctx.inputs["profile_baseline"], ctx.inputs["candidate_build"]
     rows = spec.profile_rows(measure.table_from_record(pb))
     wt_base, wt_cand = ctx.timed_worktrees()
-    mode = spec.profile.get("mode", "fwdbwd")
+    mode = spec.profile_mode
     tol = float(spec.profile.get("memory_tolerance", 0.05))
     min_ratio = float(spec.profile.get("occupancy_min_ratio", 0.5))
     spill_ratio = float(spec.profile.get("spill_ratio_max", 0))
