@@ -168,8 +168,9 @@ def _forward_only(c: Campaign, spec: MeasureSpec) -> None:
 def _profiled_call(c: Campaign, spec: MeasureSpec) -> None:
     """The profiled call is the gated one: the plausibility bound is a best case for the endpoint the bar judges
     (profiling fwdbwd for a bar on fwd would bound a call bench never times, with kernels the claim never named)."""
-    if spec.profile.get("mode") and spec.profile_mode != spec.gated_mode:
-        raise ConfigError(f"{c.path}: key 'profile.mode': {spec.profile_mode}, but bench.modes.gated is "
+    mode = spec.profile.get("mode")
+    if mode and mode != spec.gated_mode:
+        raise ConfigError(f"{c.path}: key 'profile.mode': {mode}, but bench.modes.gated is "
                           f"{spec.gated_mode}: the profiled call must be the one the bar judges (leave profile.mode "
                           "unset to follow bench)")
 

@@ -185,13 +185,11 @@ def class_resources(spec: MeasureSpec, rows: list[dict[str, Any]], resources: di
         cand_v = _variants(resources, "cand", opt, rep, mode, launched_on)
         base_v = _variants(resources, "base", names, spec.replaced_rx, mode, launched_on)
         problems = []
-        if not cand_v and not base_v:
-            # e.g. a fusion whose named kernels are all torch's: nothing compiled to compare, in either arm
-            problems.append(f"no compiled variant of /{rep.pattern}/ ran on rows {', '.join(opt)} in either arm: "
-                            "name the compiled kernel that takes the work over in measure.kernels.replaced "
-                            "(or measure.kernels.replacement)")
-        elif not cand_v:
-            problems.append(f"no compiled variant of /{rep.pattern}/ ran on rows {', '.join(opt)}")
+        if not cand_v:
+            # neither arm compiled one: e.g. a fusion whose named kernels are all torch's
+            hint = ("" if base_v else " in either arm: name the compiled kernel that takes the work over in "
+                    "measure.kernels.replaced (or measure.kernels.replacement)")
+            problems.append(f"no compiled variant of /{rep.pattern}/ ran on rows {', '.join(opt)}{hint}")
         errors = [f"{v['kernel']}: {v['error']}" for v in cand_v if v.get("error")]
         problems += [f"does not load: {e}" for e in errors]
         base_spills = max((int(v.get("n_spills") or 0) for v in base_v), default=0)
