@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import Workflow, ran_rules
 
 from kgate.device import Device
@@ -153,6 +154,61 @@ def test_caches(tmp_path):
     (tmp_path / "file").write_text("x")
     c = files.check_caches([str(tmp_path / "file" / "sub")])
     assert c.status == "fail" and "file/sub" in c.message
+
+
+def test_python_tools_names_each_missing_module_and_what_needs_it():
+    c = node.check_python_modules(("pytest", "kgate_absent_tool", "ruff"))
+    assert c.status == "fail" and "\n" not in c.message
+    assert "kgate_absent_tool (needed by a stage)" in c.message and sys.executable in c.message
+    assert "pytest" not in c.message.split("cannot import")[1], "only the missing module is named"
+    assert node.check_python_modules(("pytest", "xdist", "pytest_timeout", "ruff")).status == "pass"
+    assert node.check_python_modules(()).status == "skip"
+
+
+def test_a_missing_stage_tool_fails_the_checks(tmp_path):
+    site = Site(preflight=True, expected_class="cpu", cache_dirs=(str(tmp_path / "c"),),
+                python_modules=("pytest", "kgate_absent_tool"))
+    checks = by_name(doctor.run_checks(site, fake({}), job=NO_JOB, dev=CPU))
+    assert checks["python_tools"].status == "fail" and "kgate_absent_tool" in checks["python_tools"].message
+    assert doctor.exit_code(list(checks.values())) == 2
+
+
+def test_the_lint_tool_is_required_only_when_the_candidate_lints(tmp_path):
+    from kgate import campaign
+
+    on = campaign.load(UPSTREAM, {})
+    assert doctor.required_modules(on) == ("pytest", "pytest_timeout", "xdist", "ruff")
+    data = yaml.safe_load(Path(UPSTREAM).read_text())
+    data["candidate"]["lint"] = {"ruff": False}
+    off_file = tmp_path / f"{data['name']}.yaml"
+    off_file.write_text(yaml.safe_dump(data, sort_keys=False))
+    assert "ruff" not in doctor.required_modules(campaign.load(off_file, {}))
+
+
+def test_preflight_without_ruff_stops_before_any_stage(tmp_path):
+    """A real interpreter without ruff (this environment's packages minus ruff, linked into a folder the base
+    interpreter reads without site): the preflight fails naming ruff and candidate_build, and writes no record."""
+    import site as site_mod
+
+    env_dir = tmp_path / "site-without-ruff"
+    env_dir.mkdir()
+    for sp in site_mod.getsitepackages():
+        for entry in Path(sp).iterdir():
+            if not entry.name.lower().startswith("ruff") and not (env_dir / entry.name).exists():
+                (env_dir / entry.name).symlink_to(entry)
+    base_python = Path(sys.base_prefix) / "bin" / f"python{sys.version_info.major}.{sys.version_info.minor}"
+    clone = tmp_path / "clone"
+    clone.mkdir()
+    out = tmp_path / "record.json"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(env_dir)])}
+    proc = subprocess.run([str(base_python), "-S", "-m", "kgate", "doctor", "--record", str(out), "--campaign-file",
+                           UPSTREAM, "--gpu", "cpu", "--target-path", str(clone), "--cache-dir", str(tmp_path / "c")],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    err = [ln for ln in proc.stderr.splitlines() if ln.startswith("kgate: error:")]
+    assert len(err) == 1 and "python_tools:" in err[0] and "ruff (needed by candidate_build's lint" in err[0], proc.stderr
+    assert "FAIL         python_tools" in proc.stdout
+    assert not out.exists()
 
 
 def test_gpu_checks_skip_on_cpu_and_fail_when_required():

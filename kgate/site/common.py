@@ -81,6 +81,8 @@ class Site:
     """Device class the run's paths claim (preflight); None: not checked."""
     preflight: bool = False
     """Run as the workflow's first rule (see the module docstring)."""
+    python_modules: tuple[str, ...] = ()
+    """Modules the stages will run through this interpreter (``kgate.site.node.STAGE_MODULES`` names them)."""
 
     @property
     def gpu_required(self) -> bool:

@@ -1,4 +1,12 @@
-"""Site checks of this node: its device class, and on a GPU Nsight Compute's counter access, PyTorch and Triton.
+"""Site checks of this node: its device class, the Python tools the stages run, and on a GPU Nsight Compute's
+counter access, PyTorch and Triton.
+
+``check_python_modules`` looks each module up with ``importlib.util.find_spec``
+in this interpreter, the one the stages run as (the rules call ``python -m
+kgate``), so a tool the stages start with ``python -m`` or load as a pytest
+plugin is found missing before the first stage rather than minutes into the
+DAG. It does not run the tool: a module that is there but broken is left to
+the stage that runs it.
 
 ``check_ncu`` finds ncu through ``kgate.ncu.lookup`` (the stage's lookup, so
 ``$KGATE_NCU`` counts here too), reads the driver's counter restriction and
@@ -9,6 +17,7 @@ fail, when a GPU is required) without one.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 import tempfile
@@ -121,6 +130,37 @@ def check_gpu_arch(*, gpu: tuple[bool, str] | None = None, require_gpu: bool = F
         return Check(name, "fail", f"PyTorch/Triton cannot run on {gpu_name}: {err[-1] if err else p.first_error}")
     return Check(name, "pass", f"{gpu_name} {info['arch']}: torch {info['torch']} and triton {info['triton']} "
                                "compile and run for it")
+
+
+#: what each Python module the stages start through this interpreter is for (every run needs these)
+STAGE_MODULES = {
+    "pytest": "every gate test run (python -m pytest)",
+    "pytest_timeout": "the per-test timeout of gate test runs (pytest --timeout)",
+    "xdist": "parallel gate test runs (pytest -n)",
+}
+#: the lint candidate_build runs on changed Python files when the campaign's candidate.lint.ruff is true
+LINT_MODULES = {"ruff": "candidate_build's lint (python -m ruff; candidate.lint.ruff: true)"}
+
+
+def check_python_modules(modules: tuple[str, ...]) -> Check:
+    """Every module in ``modules`` is importable by this interpreter (found, not imported)."""
+    name = "python_tools"
+    if not modules:
+        return Check(name, "skip", "no Python tool to look for")
+    why = {**STAGE_MODULES, **LINT_MODULES}
+    missing = []
+    for mod in modules:
+        try:
+            found = importlib.util.find_spec(mod) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            missing.append(mod)
+    if missing:
+        return Check(name, "fail", f"{sys.executable} cannot import "
+                                   + "; ".join(f"{m} (needed by {why.get(m, 'a stage')})" for m in missing)
+                                   + ": install it where the stages run (pip install -e .)")
+    return Check(name, "pass", f"{', '.join(modules)} importable by {sys.executable}")
 
 
 def check_device_class(expected: str | None, dev: Device) -> Check:

@@ -14,6 +14,10 @@ small function returning a frozen ``kgate.site.common.Check`` (``pass``,
     caches            the cache folders (kgate's work folder, the kernel caches'
                       root: --kernel-cache or the profile's kernel_cache) are
                       writable here
+    python_tools      the modules the stages run through this interpreter
+                      (pytest and its timeout and xdist plugins; ruff when
+                      the candidate's lint is on) are importable here: a
+                      missing one fails here, not minutes into the DAG
     compute_node      both again from a compute node of the partition (one
                       short ``srun`` job)
     device_class      this node's device class is the one the run's paths
@@ -104,6 +108,7 @@ def site_from_args(args: argparse.Namespace) -> Site:
             *DEFAULT_CACHE_DIRS, *([str(args.kernel_cache or res["kernel_cache"])]
                                    if (args.kernel_cache or res.get("kernel_cache")) else [])),
         require_gpu=args.require_gpu,
+        python_modules=tuple(node.STAGE_MODULES),
         timeout_s=args.timeout,
         srun_wait_s=args.srun_wait,
         explicit_partition=bool(args.partition),
@@ -166,6 +171,7 @@ def run_checks(site: Site, run: Runner = run_cmd, *, job: Mapping[str, Any] | No
         checks.append(files.check_target_path(site.target_path, "set --config target_path=<your clone>"
                                               if site.preflight else ""))
     checks.append(files.check_caches(site.cache_dirs))
+    checks.append(node.check_python_modules(site.python_modules))
     if in_job:
         checks.append(Check("compute_node", "pass", f"the checks ran on compute node {job.get('node')} inside Slurm "
                                                     f"job {job.get('job_id')} (partition {job.get('partition')})"))
@@ -242,6 +248,7 @@ REQUIREMENTS = {
     "slurm_status": "Snakemake's status polling sees jobs end",
     "target_path": "the target clone is readable on this node",
     "caches": "kgate's folders are writable on this node",
+    "python_tools": "the Python tools the stages run are importable on this node",
     "compute_node": "the checks ran where the stages run",
     "device_class": "this node has the run's device class",
     "ncu": "ncu reads the counters of one kernel",
@@ -269,6 +276,13 @@ def target_clone(campaign: Campaign, override: str | None) -> str | None:
     return str(p if p.is_absolute() else paths.PROJECT / p)
 
 
+def required_modules(campaign: Campaign) -> tuple[str, ...]:
+    """The Python modules this campaign's stages run: every run's (``node.STAGE_MODULES``), and the lint's
+    when the candidate's ``lint.ruff`` is on."""
+    lint = campaign.data["candidate"].get("lint", {}).get("ruff", True)
+    return (*node.STAGE_MODULES, *(node.LINT_MODULES if lint else ()))
+
+
 def run_preflight(args: argparse.Namespace, run: Runner = run_cmd, *, job: Mapping[str, Any] | None = None,
                   dev: Device | None = None) -> int:
     """The workflow's first rule: every check, then a stage record, or PreflightError.
@@ -294,6 +308,7 @@ def run_preflight(args: argparse.Namespace, run: Runner = run_cmd, *, job: Mappi
     except (OSError, ValueError) as exc:
         raise ConfigError(f"doctor: cannot read profile {args.profile}: {exc}") from exc
     site = replace(site, preflight=True, expected_class=args.gpu, target_path=target_clone(camp, args.target_path),
+                   python_modules=required_modules(camp),
                    cache_dirs=tuple(args.cache_dir) if args.cache_dir
                    else preflight_dirs(camp.name, args.gpu, args.kernel_cache or paths.KERNEL_CACHE))
     job = slurm_provenance(dict(os.environ)) if job is None else job
