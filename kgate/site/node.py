@@ -143,19 +143,12 @@ LINT_MODULES = {"ruff": "candidate_build's lint (python -m ruff; candidate.lint.
 
 
 def check_python_modules(modules: tuple[str, ...]) -> Check:
-    """Every module in ``modules`` is importable by this interpreter (found, not imported)."""
+    """Every top-level module in ``modules`` is importable by this interpreter (found, not imported)."""
     name = "python_tools"
     if not modules:
         return Check(name, "skip", "no Python tool to look for")
     why = {**STAGE_MODULES, **LINT_MODULES}
-    missing = []
-    for mod in modules:
-        try:
-            found = importlib.util.find_spec(mod) is not None
-        except (ImportError, ValueError):
-            found = False
-        if not found:
-            missing.append(mod)
+    missing = [mod for mod in modules if importlib.util.find_spec(mod) is None]
     if missing:
         return Check(name, "fail", f"{sys.executable} cannot import "
                                    + "; ".join(f"{m} (needed by {why.get(m, 'a stage')})" for m in missing)

@@ -279,8 +279,7 @@ def target_clone(campaign: Campaign, override: str | None) -> str | None:
 def required_modules(campaign: Campaign) -> tuple[str, ...]:
     """The Python modules this campaign's stages run: every run's (``node.STAGE_MODULES``), and the lint's
     when the candidate's ``lint.ruff`` is on."""
-    lint = campaign.data["candidate"].get("lint", {}).get("ruff", True)
-    return (*node.STAGE_MODULES, *(node.LINT_MODULES if lint else ()))
+    return (*node.STAGE_MODULES, *(node.LINT_MODULES if campaign.data["candidate"]["lint"]["ruff"] else ()))
 
 
 def run_preflight(args: argparse.Namespace, run: Runner = run_cmd, *, job: Mapping[str, Any] | None = None,
