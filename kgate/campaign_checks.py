@@ -158,7 +158,7 @@ def _forward_only(c: Campaign, spec: MeasureSpec) -> None:
         return
     modes = {"profile.mode": spec.profile_mode, "bench.modes.gated": spec.gated_mode,
              "bench.modes.controls": spec.control_mode,
-             "ncu.mode": (c.data.get("ncu") or {}).get("mode", "fwdbwd") if c.data.get("ncu") else "fwd"}
+             "ncu.mode": ((c.data.get("ncu") or {}).get("mode") or spec.gated_mode) if c.data.get("ncu") else "fwd"}
     for key, mode in modes.items():
         if mode == "fwdbwd":
             raise ConfigError(f"{c.path}: key '{key}': fwdbwd, but measure.differentiate is [] (the op has no "

@@ -55,7 +55,8 @@ if "--import" in args:
     sys.exit(0)
 stem, log = args[args.index("--export") + 1], args[args.index("--log-file") + 1]
 with open(os.environ["FAKE_NCU_CALLS"], "a") as fh:
-    fh.write(json.dumps({"argv": args, "cwd": os.getcwd()}) + "\\n")
+    request = json.loads(Path(args[args.index("--request") + 1]).read_text())
+    fh.write(json.dumps({"argv": args, "cwd": os.getcwd(), "mode": request["mode"]}) + "\\n")
 if int(os.environ.get("FAKE_NCU_DIE_AFTER", "0") or 0) and \\
         len(Path(os.environ["FAKE_NCU_CALLS"]).read_text().splitlines()) > int(os.environ["FAKE_NCU_DIE_AFTER"]):
     sys.exit(137)  # killed mid-profile: no report, no result
@@ -125,8 +126,8 @@ def _standin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     return tmp_path, data
 
 
-def context(gpu: str = "h200") -> Context:
-    camp = campaign.load(CAMPAIGN)
+def context(gpu: str = "h200", path: Path | None = None) -> Context:
+    camp = campaign.load(path or CAMPAIGN)
     spec = measure.load_spec(camp, "h200")
     inputs = {"fixture_freeze": {"data": {"bench_base": "a" * 40, "manifest": {}}},
               "profile_baseline": {"data": {"row_table": [r.as_dict() for r in spec.explicit_rows]}},
@@ -390,3 +391,23 @@ def test_the_workflow_runs_ncu_after_bench_and_a_cpu_run_stays_smoke(tmp_path: P
     assert v["verdict"] == "SMOKE"
     stages = {s["stage"]: s["status"] for s in v["stages"]}
     assert stages["bench"] == "pass" and stages["ncu"] == "unavailable" and stages["model"] == "pass"
+
+
+@pytest.mark.parametrize("ncu_mode, gated, profiled", [(None, "fwd", "fwd"), (None, "fwdbwd", "fwdbwd"),
+                                                         ("fwdbwd", "fwd", "fwdbwd")])
+def test_the_profiled_call_follows_the_gated_one_unless_ncu_mode_names_one(standin, ncu_mode, gated, profiled) -> None:
+    """ncu.mode unset profiles bench.modes.gated's call (a forward-only bar is explained by the forward's kernels,
+    not by a backward bench never times); a value set on purpose is kept. Every profile's request says so, and
+    the record states the call profiled."""
+    tmp, _ = standin
+    data = yaml.safe_load((REPO / "config" / "campaigns" / f"{CAMPAIGN}.yaml").read_text())
+    data["ncu"].pop("mode", None)
+    if ncu_mode:
+        data["ncu"]["mode"] = ncu_mode
+    data["bench"]["modes"]["gated"] = gated
+    path = tmp / f"{CAMPAIGN}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    result = ncu.run(context(path=path))
+    calls = [json.loads(line) for line in (tmp / "calls.jsonl").read_text().splitlines()]
+    assert len(calls) == 12 and {c["mode"] for c in calls} == {profiled}
+    assert result.data["mode"] == profiled

@@ -43,7 +43,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -83,12 +83,17 @@ class NcuSpec:
     rows: tuple[str, ...]
     baseline: str
     candidate: str
-    mode: str
+    mode: str | None  # ncu.mode; None follows bench.modes.gated (resolved by ``for_call``)
     warm_calls: int
     launch_count: int
     clock_control: str
     passes: tuple[Pass, ...]
     thresholds: ncu_gates.Thresholds
+
+    def for_call(self, spec: MeasureSpec) -> NcuSpec:
+        """This spec with its profiled call decided: ``ncu.mode``, else the call bench gates
+        (``bench.modes.gated``), so a forward-only bar is explained by the forward's kernels."""
+        return replace(self, mode=self.mode or spec.gated_mode)
 
     def kernel_filter(self, removed: str | None) -> str:
         """The ncu ``--kernel-name regex:`` filter: the two sides and the removed kernels (if any)."""
@@ -332,6 +337,7 @@ def run(ctx: Context) -> StageResult:
     if spec is None or nspec is None:
         missing = "measure" if spec is None else "ncu"
         return unavailable(f"the campaign has no '{missing}' section: nothing to profile", {"candidate": cid})
+    nspec = nspec.for_call(spec)
     exe = find_ncu()
     plan = planned(spec, nspec, exe or "ncu", ctx.out_dir)
     base_data = {"candidate": cid, "rows_planned": list(nspec.rows), "commands_planned": plan,
