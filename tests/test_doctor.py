@@ -185,16 +185,16 @@ def test_the_lint_tool_is_required_only_when_the_candidate_lints(tmp_path):
     assert "ruff" not in doctor.required_modules(campaign.load(off_file, {}))
 
 
-def test_preflight_without_ruff_stops_before_any_stage(tmp_path):
-    """A real interpreter without ruff (this environment's packages minus ruff, linked into a folder the base
-    interpreter reads without site): the preflight fails naming ruff and candidate_build, and writes no record."""
+def _doctor_without(tmp_path: Path, prefix: str) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """``python -m kgate doctor`` on a real interpreter that lacks the packages whose names start with ``prefix``:
+    this environment's packages minus those, linked into a folder the base interpreter reads without site."""
     import site as site_mod
 
-    env_dir = tmp_path / "site-without-ruff"
+    env_dir = tmp_path / f"site-without-{prefix}"
     env_dir.mkdir()
     for sp in site_mod.getsitepackages():
         for entry in Path(sp).iterdir():
-            if not entry.name.lower().startswith("ruff") and not (env_dir / entry.name).exists():
+            if not entry.name.lower().startswith(prefix) and not (env_dir / entry.name).exists():
                 (env_dir / entry.name).symlink_to(entry)
     base_python = Path(sys.base_prefix) / "bin" / f"python{sys.version_info.major}.{sys.version_info.minor}"
     clone = tmp_path / "clone"
@@ -204,10 +204,31 @@ def test_preflight_without_ruff_stops_before_any_stage(tmp_path):
     proc = subprocess.run([str(base_python), "-S", "-m", "kgate", "doctor", "--record", str(out), "--campaign-file",
                            UPSTREAM, "--gpu", "cpu", "--target-path", str(clone), "--cache-dir", str(tmp_path / "c")],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    return proc, out
+
+
+def test_preflight_without_ruff_stops_before_any_stage(tmp_path):
+    """A real interpreter without ruff (this environment's packages minus ruff, linked into a folder the base
+    interpreter reads without site): the preflight fails naming ruff and candidate_build, and writes no record."""
+    proc, out = _doctor_without(tmp_path, "ruff")
     assert proc.returncode == 2, proc.stdout + proc.stderr
     err = [ln for ln in proc.stderr.splitlines() if ln.startswith("kgate: error:")]
     assert len(err) == 1 and "python_tools:" in err[0] and "ruff (needed by candidate_build's lint" in err[0], proc.stderr
     assert "FAIL         python_tools" in proc.stdout
+    assert not out.exists()
+
+
+def test_an_interpreter_without_kgates_dependencies_is_one_line_naming_the_module(tmp_path):
+    """A job whose ``python`` lacks one of kgate's dependencies (here attrs, which jsonschema imports; on a node
+    where ``python`` is a link to a virtual environment's interpreter, Python starts outside the environment)
+    fails before any stage code with one line naming the module, its importer and the interpreter: no import
+    traceback, no record."""
+    proc, out = _doctor_without(tmp_path, "attrs")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("kgate: error: "), proc.stderr
+    assert "cannot import 'attrs' (imported by jsonschema" in lines[0] and "python" in lines[0]
+    assert "Traceback" not in proc.stderr + proc.stdout
     assert not out.exists()
 
 
