@@ -120,6 +120,29 @@ def test_no_replacement_kernel_means_skipped_work(base) -> None:
     assert comp["candidate_kernels"] == [INTER] and comp["replacement_kernels"] == [INTER]
 
 
+def test_the_removed_kernels_count_on_both_sides_when_the_baseline_side_names_only_the_kernel_kept(base) -> None:
+    """An in-place edit that makes a kernel after it unnecessary (the TV distance kernel storing its gradient
+    already scaled, the division after it gone): ``ncu.kernels.baseline`` and ``.candidate`` name the kept kernel
+    (the same name in both arms), ``measure.kernels.removed`` the division. The removed kernel's traffic is on
+    the baseline side, so the traffic gate sees it go; a candidate that still launches it is charged for it."""
+    intra, inter = (next(k for k in base if k["kernel"] == n) for n in (INTRA, INTER))
+    rx = Regexes(re.compile(f"^{INTER}$"), re.compile(f"^{INTER}$"), re.compile(f"^{INTRA}$"), None)
+    removed = ncu_compare.expected_traffic([(intra["l2_store_sectors"] * 32, 2)])
+    comp = ncu_compare.compare_row("r", base, [copy.deepcopy(inter)], rx, MM, removed)
+    assert comp["baseline_kernels"] == [k["kernel"] for k in base if k["kernel"] in (INTRA, INTER)]
+    assert comp["candidate_kernels"] == [INTER] and comp["replacement_kernels"] == [INTER]
+    assert comp["removed_launches"] == {"base": intra["launches"], "cand": 0}
+    drop = comp["baseline"]["global_store_bytes"] - comp["candidate"]["global_store_bytes"]
+    assert drop == pytest.approx(intra["l2_store_sectors"] * 32)
+    gates = {g.name: g for g in ncu_compare.gates([comp], TH, [], "census", [], 16, "r.json")}
+    assert gates["ncu_removed_launch"].status == "pass"
+    assert gates["ncu_fp32_traffic_removed"].status == "pass", gates["ncu_fp32_traffic_removed"].detail
+    kept = ncu_compare.compare_row("r", base, copy.deepcopy(base), rx, MM, removed)
+    gates = {g.name: g for g in ncu_compare.gates([kept], TH, [], "census", [], 16, "r.json")}
+    assert INTRA in kept["candidate_kernels"]
+    assert gates["ncu_removed_launch"].status == "fail" and gates["ncu_fp32_traffic_removed"].status == "fail"
+
+
 @pytest.mark.parametrize(("factor", "ratio_max", "status"), [(1.0, 1.0, "pass"), (1.5, 1.0, "fail"), (1.5, 2.0, "pass"),
                                                               (0.0, 0.0, "pass"), (1.0, 0.0, "fail")])
 def test_spill_traffic_against_the_baseline_sides(base, factor: float, ratio_max: float, status: str) -> None:

@@ -153,7 +153,8 @@ def test_the_commands_are_the_protocols_passes_with_kgates_range_and_filter() ->
     assert source[1:5] == ["--set", "source", "--section", "SourceCounters"]
     for cmd in cmds.values():
         text = " ".join(cmd)
-        for flag in ("--profile-from-start off", "--clock-control none", "--launch-skip 0", "--launch-count 16",
+        for flag in ("--kernel-name-base demangled", "--profile-from-start off", "--clock-control none",
+                     "--launch-skip 0", "--launch-count 16",
                      "--cache-control all", "--export /r/B4/base.full", "--log-file /r/B4/base.full.ncu.log"):
             assert flag in text, flag
         assert cmd[cmd.index("--kernel-name") + 1] == f"regex:{kf}"
@@ -411,3 +412,24 @@ def test_the_profiled_call_follows_the_gated_one_unless_ncu_mode_names_one(stand
     calls = [json.loads(line) for line in (tmp / "calls.jsonl").read_text().splitlines()]
     assert len(calls) == 12 and {c["mode"] for c in calls} == {profiled}
     assert result.data["mode"] == profiled
+
+
+def test_the_filter_selects_torch_kernels_by_the_names_the_profiler_reported() -> None:
+    """The TVD replay removes torch's tensor-times-scalar kernel, named in the campaign by its functor. Its name in
+    the real H200 profile_baseline record (torch.profiler's demangled name) matches the ncu filter, which ncu
+    applies to demangled names (the command's --kernel-name-base); the name without namespaces, template
+    arguments and parameters (what ncu's default base would give) matches nothing, so with that base the
+    removed kernel would never be profiled and its traffic never seen."""
+    tvd = campaign.load("liger-tvd-fused-scale-1127")
+    spec, nspec = measure.load_spec(tvd, "h200"), ncu.load_spec(tvd)
+    kf = re.compile(nspec.kernel_filter(spec.removed))
+    record = json.loads((REPO / "tests" / "data" / "records" / "h200_tvd_incomplete" / "profile_baseline.json")
+                        .read_text())
+    names = {k["kernel"] for r in record["data"]["rows"] for k in r["kernels"]}
+    removed = sorted(n for n in names if spec.removed_rx.search(n))
+    assert removed and all(n.startswith("void at::native::") for n in removed)
+    assert all(kf.search(n) for n in removed)
+    assert not any(kf.search(re.sub(r"<.*", "", n).split("::")[-1]) for n in removed)
+    assert kf.search("_tv_distance_kernel")
+    cmd = ncu.command("ncu", nspec.passes[0], nspec, kf.pattern, Path("/r/x/base.full"), "base")
+    assert cmd[cmd.index("--kernel-name-base") + 1] == "demangled"

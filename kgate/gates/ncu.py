@@ -111,10 +111,22 @@ def with_derived(side: dict[str, Any], mm: MetricMap) -> dict[str, Any]:
 
 def compare_row(row: str, base: list[dict[str, Any]], cand: list[dict[str, Any]], rx: Regexes, mm: MetricMap,
                 expected: dict[str, int]) -> dict[str, Any]:
-    """The comparison of one row: both sides combined, the metric table, removed launches, stalls."""
+    """The comparison of one row: both sides combined, the metric table, removed launches, stalls.
+
+    The baseline side is every kernel matching ``ncu.kernels.baseline`` or the removed kernels
+    (``measure.kernels.removed``); the candidate side every kernel matching either ncu side or the removed
+    kernels. A campaign whose ``ncu.kernels.baseline`` names only the kernel that takes the removed work over
+    (an in-place edit that makes a division after it unnecessary, with the same kernel name in both arms)
+    thus still sees the removed kernels' traffic on the baseline side, and a candidate that keeps launching
+    them is charged for it."""
     rm = rx.removed
-    base_side = [k for k in base if rx.baseline.search(k["kernel"])]
-    cand_side = [k for k in cand if rx.baseline.search(k["kernel"]) or rx.candidate.search(k["kernel"])]
+
+    def removed(name: str) -> bool:
+        return rm is not None and rm.search(name) is not None
+
+    base_side = [k for k in base if rx.baseline.search(k["kernel"]) or removed(k["kernel"])]
+    cand_side = [k for k in cand if rx.baseline.search(k["kernel"]) or rx.candidate.search(k["kernel"])
+                 or removed(k["kernel"])]
     b = with_derived(_combined(base_side, mm), mm)
     c = with_derived(_combined(cand_side, mm), mm)
     metrics = []

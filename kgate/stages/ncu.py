@@ -130,8 +130,13 @@ def load_spec(campaign: Campaign) -> NcuSpec | None:
 
 
 def command(exe: str, p: Pass, spec: NcuSpec, kernel_filter: str, stem: Path, arm: str) -> list[str]:
-    """The ncu command line of one pass for one arm and row (run in the arm's worktree)."""
-    return [exe, *p.args, "--kernel-name-base", "function", "--kernel-name", f"regex:{kernel_filter}",
+    """The ncu command line of one pass for one arm and row (run in the arm's worktree).
+
+    The filter sees demangled names (``--kernel-name-base demangled``), the names torch.profiler reports and
+    the campaign's regexes are written against: ncu's default base (``function``) drops namespaces and
+    template arguments, so a regex naming a functor (``BUnaryFunctor<.*MulFunctor``, torch's tensor-times-
+    scalar kernel) would select nothing there. A Triton kernel's name is the same under either base."""
+    return [exe, *p.args, "--kernel-name-base", "demangled", "--kernel-name", f"regex:{kernel_filter}",
             "--launch-skip", "0", "--launch-count", str(spec.launch_count), "--profile-from-start", "off",
             "--clock-control", spec.clock_control, "--cache-control", "all", "--target-processes", "all",
             "--export", str(stem), "--force-overwrite", "--log-file", f"{stem}.ncu.log",
