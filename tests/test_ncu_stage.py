@@ -433,3 +433,5 @@ def test_the_filter_selects_torch_kernels_by_the_names_the_profiler_reported() -
     assert kf.search("_tv_distance_kernel")
     cmd = ncu.command("ncu", nspec.passes[0], nspec, kf.pattern, Path("/r/x/base.full"), "base")
     assert cmd[cmd.index("--kernel-name-base") + 1] == "demangled"
+    for export in ncu_export.export_commands("ncu", Path("/r/x/base.full.ncu-rep")).values():
+        assert export[export.index("--print-kernel-base") + 1] == "demangled"

@@ -43,8 +43,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def export_commands(exe: str, rep: Path) -> dict[str, list[str]]:
-    """The CSV exports of one report: ``--page raw`` (every metric) and ``--page details`` (sections, rules)."""
-    return {page: [exe, "--import", str(rep), "--csv", "--page", page] for page in ("raw", "details")}
+    """The CSV exports of one report: ``--page raw`` (every metric) and ``--page details`` (sections, rules).
+
+    Kernel names are printed demangled (``--print-kernel-base demangled``), the basis the stage's filter
+    matched and torch.profiler reports, so the campaign's regexes select the same kernels in the exports:
+    ncu's default print base (``function``) drops namespaces and template arguments. A Triton kernel's name
+    is the same under either base."""
+    return {page: [exe, "--import", str(rep), "--csv", "--page", page, "--print-kernel-base", "demangled"]
+            for page in ("raw", "details")}
 
 
 def stage_record(root: Path, campaign: str, gpu: str, candidate: str | None) -> Path:
