@@ -2,10 +2,11 @@
 
 Real records where they exist: ``tests/data/liger/h200/`` is the Liger LayerNorm campaign on an
 H200 (a ``speeds_up`` bound that passes), ``h200_default_profile_stop/`` the RWKV6 fusion (a ``removes`` bound that
-STOPs), and ``tests/data/mechanism/h200_swiglu_probe.jsonl`` a measurement of Liger's SwiGLU kernels against their
-copy-bandwidth floor on an H200 (not a kgate record: a probe of CUDA-event times, used as the roofline STOP case).
-Bounds of the ``declared`` kind and a passing ``removes`` bound have no real record: their numbers are synthetic and
-computed by hand in each test.
+STOPs), ``h200_tvd_incomplete/`` Liger's TV distance replay (a ``removes`` bound that passes: the division after the
+kernel and its M x V temporary), and ``tests/data/mechanism/h200_swiglu_probe.jsonl`` a measurement of Liger's SwiGLU
+kernels against their copy-bandwidth floor on an H200 (not a kgate record: a probe of CUDA-event times, used as the
+roofline STOP case). Bounds of the ``declared`` kind have no real record: their numbers are synthetic and computed by
+hand in each test, as is the hand-sized passing ``removes`` case beside the real one.
 """
 
 from __future__ import annotations
@@ -122,6 +123,29 @@ class TestRemovesAndDeclared:
             saved = mechanism.row_savings(spec.mechanism, evaluate_on(spec, row), kernels, 1, launch, bw, None)
             assert mechanism.best_case(x["endpoint_ms"], saved)["best_case_speedup"] == pytest.approx(
                 x["bound"]["best_case_speedup"], rel=1e-9)
+
+    def test_the_tvd_replays_h200_pass_is_the_removes_bound(self) -> None:
+        """Liger's TV distance replay (a non-fla target, an in-place edit that makes the division after the kernel
+        unnecessary): the real pass, each row's best case recomputed from the record's kernels, launch cost and
+        bandwidth with the campaign's removed kernels and M x V temporary, above the bar 1.53."""
+        r = rec(DATA / "records" / "h200_tvd_incomplete" / "profile_baseline.json")
+        gate = next(g for g in r["gates"] if g["name"] == "plausible_speedup")
+        spec = load_spec(campaign.load("liger-tvd-fused-scale-1127"), "h200")
+        assert spec.mechanism.kinds == ("removes",)
+        assert gate["status"] == "pass" and gate["value"] >= spec.bar == 1.53
+        # the preflight's measured bandwidth (the record's device_peaks), as the stage used it
+        launch, bw = r["data"]["launch_cost"]["per_launch_us"], r["data"]["device_peaks"]["bytes_per_s"]
+        bests = []
+        for x in r["data"]["rows"]:
+            row = Row(x["row"], x["kind"], x["values"])
+            kernels = {k["kernel"]: {"launches": k["launches_per_call"], "device_us": k["device_us_per_call"]}
+                       for k in x["kernels"]}
+            saved = mechanism.row_savings(spec.mechanism, evaluate_on(spec, row), kernels, 1, launch, bw, None)
+            assert saved["removes"]["saved_ms"] > 0
+            best = mechanism.best_case(x["endpoint_ms"], saved)["best_case_speedup"]
+            assert best == pytest.approx(x["bound"]["best_case_speedup"], rel=1e-9)
+            bests.append(best)
+        assert math.prod(bests) ** (1 / len(bests)) == pytest.approx(gate["value"], rel=1e-6)
 
     def test_a_removes_bound_that_passes(self) -> None:
         """SYNTHETIC: 10 launches of 5 us and 1 GB of round trips at 4 TB/s out of a 1 ms endpoint: 1/(1-0.3)."""
