@@ -51,6 +51,7 @@ from kgate.campaign import Campaign
 from kgate.errors import ConfigError
 from kgate.measure import model_spec, reference
 from kgate.measure.rows import MeasureSpec, Row, compile_regex, dispatch_rows, load_spec, row_from_spec, row_table
+from kgate.source import overlay
 
 #: the row value that holds packed sequence boundaries, and the total it must end at
 CU_SEQLENS, TOKENS = "cu_seqlens", "T"
@@ -72,6 +73,7 @@ def check(c: Campaign) -> None:
     """Every static check of a loaded campaign; the first problem is one ``ConfigError`` line."""
     d = c.data
     _regexes(c)
+    _overlays(c)
     for key, where in ROW_LISTS:
         node: Any = d
         for part in where:
@@ -95,6 +97,19 @@ def check(c: Campaign) -> None:
         if reference.load(d) is not None and not d.get("measure"):
             raise ConfigError("key 'reference': the reference runs on the inputs of measure.inputs and needs a "
                               "measure section")
+
+
+def _overlays(c: Campaign) -> None:
+    """The overlays' edits, read without a target: the fixture's stay inside ``fixture.test_paths``, and no edit of
+    the fixture or an overlay candidate leaves the tree or reads a file its folder lacks. (A candidate's paths
+    against ``candidate.allowed_paths`` stay a gate of candidate_build: a verdict, not a configuration error.)"""
+    with _named(c, "fixture.overlay"):
+        touched = overlay.edit_paths(overlay.select(c.data["fixture"]["overlay"], c.target_identity))
+        overlay.outside_fixture_paths(touched, c.fixture_test_paths)
+    source = c.candidate_source
+    if source.kind == "overlay":
+        with _named(c, "candidate.overlay"):
+            overlay.edit_paths(overlay.select(source.value, c.target_identity))
 
 
 @contextmanager

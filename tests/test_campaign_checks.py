@@ -115,6 +115,38 @@ def test_static_mistake_is_one_line_naming_the_key(tmp_path: Path, mutate, expec
     assert expected in msg, msg
 
 
+def overlay_copy(tmp_path: Path, folder: str, edit) -> str:
+    """A copy of a shipped overlay folder in ``tmp_path`` whose first variant's edits are changed by ``edit``."""
+    import shutil
+
+    dest = tmp_path / Path(folder).name
+    shutil.copytree(REPO / folder, dest)
+    manifest = dest / "overlay.yaml"
+    data = yaml.safe_load(manifest.read_text())
+    edit(data["variants"][0]["edits"])
+    manifest.write_text(yaml.safe_dump(data, sort_keys=False))
+    return str(dest)
+
+
+@pytest.mark.parametrize(("which", "edit", "expected"), [
+    ("fixture", lambda e: e.append({"path": "fla/ops/rwkv6/chunk.py", "append": e[0]["create"]}),
+     "key 'fixture.overlay': the fixture edits non-test path(s) ['fla/ops/rwkv6/chunk.py'] (allowed by "
+     "fixture.test_paths: ['tests/**'])"),
+    ("fixture", lambda e: e[0].update(path="../tests/test_outside.py"), "'../tests/test_outside.py' leaves the target tree"),
+    ("candidate", lambda e: e[0].update(create="no_such_file.py") if "create" in e[0] else e[0].update(append="nope.py"),
+     "does not exist"),
+])
+def test_overlay_mistakes_are_refused_before_any_job(tmp_path: Path, which: str, edit, expected: str) -> None:
+    """A fixture that edits a non-test path, an edit that leaves the target tree, an overlay whose edit reads a file
+    its folder lacks: the overlay alone shows each, so loading the campaign refuses it (at DAG build) with one line
+    naming the campaign's key, instead of fixture_freeze or candidate_build finding it after target and
+    baseline_tests have run."""
+    source = yaml.safe_load(DEFAULT.read_text())
+    folder = overlay_copy(tmp_path / which, source[which]["overlay"], edit)
+    msg = refused(write(tmp_path, lambda d: d[which].update(overlay=folder)))
+    assert f"key '{which}.overlay'" in msg and expected in msg, msg
+
+
 def test_registry_rows_are_not_judged_statically(tmp_path: Path) -> None:
     """With measure.registry the GPU row table is known at run time only: the registry counts as dense gated rows,
     row names it may hold and the classes are left to the stages; the explicit rows and the CPU side are checked."""

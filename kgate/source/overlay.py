@@ -9,9 +9,10 @@ makes a new candidate id (and only that reruns candidate stages).
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from kgate import paths
@@ -78,6 +79,30 @@ def content_hash(folder: Path | str, identity: str) -> str:
             if key in edit:
                 h.update(edit[key].encode() + b"\0" + _source(v, edit, key).read_bytes())
     return h.hexdigest()[:12]
+
+
+def edit_paths(variant: Variant) -> list[str]:
+    """The target paths the variant's edits touch, checked without a target tree: each stays inside it (relative,
+    no ``..``) and every file a ``create`` or ``append`` reads exists in the overlay folder. The checks
+    :func:`apply` can only make against the tree (a created file that exists, an anchor's count) stay there."""
+    out = []
+    for edit in variant.edits:
+        rel = edit["path"]
+        if PurePosixPath(rel).is_absolute() or ".." in PurePosixPath(rel).parts:
+            raise ConfigError(f"{variant.folder / 'overlay.yaml'}: key 'edits.path': '{rel}' leaves the target tree")
+        for key in ("create", "append"):
+            if key in edit:
+                _source(variant, edit, key)
+        out.append(rel)
+    return out
+
+
+def outside_fixture_paths(touched: list[str], allowed: tuple[str, ...]) -> None:
+    """Refuse a fixture that touches a path outside ``fixture.test_paths`` (glob patterns): one line naming them."""
+    outside = [p for p in touched if not any(fnmatch.fnmatchcase(p, g) for g in allowed)]
+    if outside:
+        raise ConfigError(f"key 'fixture.overlay': the fixture edits non-test path(s) {outside} "
+                          f"(allowed by fixture.test_paths: {list(allowed)})")
 
 
 def apply(variant: Variant, worktree: Path) -> list[str]:

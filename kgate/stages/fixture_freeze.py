@@ -14,12 +14,10 @@ manifest: sha256 of the frozen paths and of the gate's test files.
 
 from __future__ import annotations
 
-import fnmatch
 from dataclasses import replace
 from pathlib import PurePosixPath
 
 from kgate import epochs, paths
-from kgate.errors import ConfigError
 from kgate.records import Gate, StageResult, write_json
 from kgate.source import git, manifest, overlay
 from kgate.source.worktree import verify_worktree
@@ -93,12 +91,9 @@ def run(ctx: Context) -> StageResult:
     git.reset_worktree(repo, wt, baseline_sha, branch=paths.branch(c.name, "bench_base"))
     fx = c.data["fixture"]
     variant = overlay.select(paths.PROJECT / fx["overlay"], c.target_identity)
+    # refused at DAG build already (kgate.campaign_checks); checked again on what was applied
     touched = overlay.apply(variant, wt)
-    allowed = c.fixture_test_paths
-    outside = [p for p in touched if not any(fnmatch.fnmatchcase(p, g) for g in allowed)]
-    if outside:
-        raise ConfigError(f"key 'fixture.overlay': the fixture edits non-test path(s) {outside} "
-                          f"(allowed by fixture.test_paths: {list(allowed)})")
+    overlay.outside_fixture_paths(touched, c.fixture_test_paths)
     bench_base = git.commit_all(wt, f"kgate: fixture for {c.name} ({fx['overlay']})")
     # every file of the worktree is in BENCH_BASE (ignored ones too): later stages verify it by content
     verify_worktree(wt, bench_base, repo, "BENCH_BASE's worktree")
