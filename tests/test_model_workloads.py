@@ -11,10 +11,12 @@ import types
 from pathlib import Path
 
 import pytest
+from conftest import REPO
 from test_train_throughput import settings, start
 
 from kgate import protocol, verdict
 from kgate.errors import ConfigError
+from kgate.measure.arms import WorkerFailure
 from kgate.measure.model_spec import ModelSpec, ModelThresholds
 from kgate.records import Gate, StageResult, build_record
 from kgate.stages import model as model_stage
@@ -36,6 +38,20 @@ import torch
 def scale_head(model, factor):
     with torch.no_grad():
         model.head.weight.mul_(factor)
+'''
+
+
+STEP = '''
+def doubled(model, optimizer, input_ids, labels, **boundaries):
+    loss = 2.0 * model(input_ids=input_ids, labels=labels, **boundaries).loss
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return loss
+
+
+def no_loss(model, optimizer, input_ids, labels, **boundaries):
+    return 0.5
 '''
 
 
@@ -91,6 +107,62 @@ def test_a_campaign_builder_and_patch_make_the_model_and_dense_only_prepares_den
     finally:
         plain.close()
         patched.close()
+
+
+def test_a_campaigns_own_training_step_replaces_kgates_in_every_workload(tmp_path: Path) -> None:
+    """``model.step``: the campaign's step runs the whole training step (here its loss is twice the model's) in the
+    warm-up and the timed blocks, dense and varlen; from the same weights and batch its first loss is exactly twice
+    kgate's own step's. A step that returns no scalar tensor is the arm's failure, naming model.step."""
+    (tmp_path / "step.py").write_text(STEP)
+    plain = start("plain", tmp_path, settings())
+    stepped = start("stepped", tmp_path, settings(step=f"{tmp_path / 'step.py'}:doubled"))
+    try:
+        for arm in (plain, stepped):
+            arm.request("build", layers=2)
+            arm.request("prepare")
+        assert stepped.info["class_files"]["step"].endswith("step.py")
+        for workload in ("dense", "varlen"):
+            a = plain.request("warm", workload=workload, steps=1)["loss"][0]
+            b = stepped.request("warm", workload=workload, steps=1)["loss"][0]
+            assert b == pytest.approx(2 * a, rel=1e-6), (workload, a, b)
+        block = stepped.request("block", workload="dense", steps=2)
+        assert len(block["loss"]) == 2 and block["tokens_per_s"] > 0
+    finally:
+        plain.close()
+        stepped.close()
+    bad = start("bad", tmp_path, settings(step=f"{tmp_path / 'step.py'}:no_loss"))
+    try:
+        bad.request("build", layers=2)
+        bad.request("prepare")
+        with pytest.raises(WorkerFailure, match="model.step returned float, not the step's loss as a scalar tensor"):
+            bad.request("warm", workload="dense", steps=1)
+    finally:
+        bad.close()
+
+
+def test_model_step_names_a_file_relative_to_kgate_or_a_module(tmp_path: Path) -> None:
+    """A file step resolves to an absolute path in the harness's settings; a missing file is refused naming the
+    key; a module step is passed as written."""
+    import yaml
+
+    from kgate import campaign
+    from kgate.measure import model_spec
+
+    source = yaml.safe_load((REPO / "config" / "campaigns" / "liger-layer-norm-rows.yaml").read_text())
+    for value, expect in (("kernels/liger_layer_norm_rows/model_patch.py:apply", "abs"),
+                          ("liger_kernel.transformers.trainer:step", "module"),
+                          ("kernels/no_such_step.py:step", "missing")):
+        data = dict(source, model={**source["model"], "step": value})
+        path = tmp_path / f"{source['name']}.yaml"
+        path.write_text(yaml.safe_dump(data, sort_keys=False))
+        if expect == "missing":
+            with pytest.raises(ConfigError, match="key 'model.step': file 'kernels/no_such_step.py' does not exist"):
+                model_spec.load_spec(campaign.load(path), "h200")
+            continue
+        got = model_spec.load_spec(campaign.load(path), "h200")
+        assert got is not None
+        st = got.settings([])
+        assert st["step"] == (f"{REPO / value.split(':')[0]}:apply" if expect == "abs" else value)
 
 
 def rec(stage: str, gpu: str = "h200", data: dict | None = None) -> dict:

@@ -64,6 +64,8 @@ class ModelSpec:
     env_record: tuple[str, ...] = field(default=())
     builder: str | None = None
     patch: dict[str, Any] | None = None
+    #: the campaign's own training step (``model.step``), a module function or an absolute ``file.py:name``
+    step: str | None = None
     #: the package whose modules must come from the arm's worktree ("": the model class's package)
     target_package: str = ""
 
@@ -93,7 +95,8 @@ class ModelSpec:
         """The harness's settings (kgate/measure/harness/train_throughput.py), the same for both arms."""
         r = self.run
         return {"config_class": self.config_class, "model_class": self.model_class, "builder": self.builder,
-                "patch": self.patch, "target_package": self.target_package, "workloads": list(self.workloads),
+                "patch": self.patch, "step": self.step, "target_package": self.target_package,
+                "workloads": list(self.workloads),
                 "config": dict(r["config"]), "layers": self.layers, "layers_key": self.layers_key,
                 "varlen_key": self.varlen_key, "batch": int(r["batch"]), "seq_len": int(r["seq_len"]),
                 "varlen_sequences": int(r["varlen_sequences"]) if "varlen" in self.workloads else None,
@@ -168,6 +171,9 @@ def load_spec(campaign: Campaign, gpu: str) -> ModelSpec | None:
     if patch and patch["function"].split(":")[0].endswith(".py"):
         patch["function"] = _file_function(campaign, "model.patch.function", patch["function"])
     builder = _file_function(campaign, "model.builder", m["builder"]) if m.get("builder") else None
+    step = m.get("step")
+    if step and step.split(":")[0].endswith(".py"):
+        step = _file_function(campaign, "model.step", step)
     target = m.get("target_package") or (
         patch["function"].split(":")[0].split(".")[0] if patch and not patch["function"].split(":")[0].endswith(".py")
         else (m["model_class"].split(":")[0].split(".")[0] if m.get("model_class") else None))
@@ -176,7 +182,7 @@ def load_spec(campaign: Campaign, gpu: str) -> ModelSpec | None:
                           "modules must come from each arm's worktree)")
     setup = d["gate"].get("cpu_setup")
     return ModelSpec(campaign=campaign.name, cpu=cpu, config_class=m.get("config_class"),
-                     model_class=m.get("model_class"), builder=builder, patch=patch, target_package=target,
+                     model_class=m.get("model_class"), builder=builder, patch=patch, step=step, target_package=target,
                      layers_key=layers_key, varlen_key=m.get("varlen_key"),
                      dtype=m.get("dtype", "bfloat16"), seed=int(m.get("seed", 20240601)),
                      optimizer=dict(m.get("optimizer") or {}), packages=tuple(m.get("packages") or ()), run=run,

@@ -13,7 +13,7 @@ Usage::
 campaign's ``model`` section: ``config_class`` and ``model_class``
 (``module.path:Name``) or ``builder`` (``/abs/file.py:function``), ``patch``
 (``{function, kwargs}``: ``module.path:name`` or ``/abs/file.py:name``),
-``target_package`` (whose modules must come from the arm's worktree),
+``step`` (the campaign's own training step), ``target_package`` (whose modules must come from the arm's worktree),
 ``workloads`` (``dense``, ``varlen``), ``config`` (keyword arguments of the config class),
 ``layers`` and ``layers_key``, ``varlen_key``, ``batch``, ``seq_len``,
 ``varlen_sequences``, ``warmup_steps``, ``steps_per_block``, ``dtype``,
@@ -53,7 +53,11 @@ Method
   the boundaries (int32 offsets from 0 to the token count) go to the forward
   as ``varlen_key``. Both workloads train on the same tokens per step.
 * A step: forward with labels, ``loss.backward()``, ``optimizer.step()``,
-  ``optimizer.zero_grad(set_to_none=True)``.
+  ``optimizer.zero_grad(set_to_none=True)``; or the campaign's own ``step``
+  (``module.path:name`` or ``/abs/file.py:name``), called as
+  ``step(model=, optimizer=, input_ids=, labels=[, <varlen_key>=])``: it runs
+  the whole step and returns its loss. The varlen check calls the model's
+  forward either way.
 * ``varlen_check``: the packed batch in eval mode without gradients, once
   with its boundaries and once as one sequence; the model uses them when its
   logits differ (any element; the loss when it returns no logits: a bf16 loss
@@ -140,6 +144,7 @@ class Harness:
     model_cls: Any = None
     builder: Any = None
     patch: Any = None
+    step_fn: Any = None
     package: str = ""
     model: Any = None
     optimizer: Any = None
@@ -183,6 +188,8 @@ class Harness:
                 self.model_cls = load_attr(st["model_class"])
             if st.get("patch"):
                 self.patch = load_attr(st["patch"]["function"])
+            if st.get("step"):
+                self.step_fn = load_attr(st["step"])
             importlib.import_module(self.package)
         except Exception as exc:
             raise ArmTargetError(f"importing the model: {type(exc).__name__}: {exc}") from exc
@@ -200,7 +207,8 @@ class Harness:
             "package_path": list(getattr(pkg, "__path__", [])),
             "module_file": None,
             "class_files": {"config_class": class_file(self.config_cls), "model_class": class_file(self.model_cls),
-                            "builder": class_file(self.builder), "patch": class_file(self.patch)},
+                            "builder": class_file(self.builder), "patch": class_file(self.patch),
+                            "step": class_file(self.step_fn)},
             "modules": module_origins(self.package, [f for _, f in st.get("package_dirs") or []]),
             "device": device_info(torch, self.device), "interpreter": interp_record, "cpu_setup": setup_result,
             "env": env, "cwd": os.getcwd(),
@@ -328,6 +336,12 @@ class Harness:
 
     def _step(self, b: Batch) -> Any:
         kwargs = {} if b.boundaries is None else {self.settings["varlen_key"]: b.boundaries}
+        if self.step_fn is not None:
+            loss = self.step_fn(model=self.model, optimizer=self.optimizer, input_ids=b.input_ids,
+                                labels=b.input_ids, **kwargs)
+            if not isinstance(loss, self.torch.Tensor) or loss.numel() != 1:
+                raise TypeError(f"model.step returned {type(loss).__name__}, not the step's loss as a scalar tensor")
+            return loss.detach()
         loss = self._loss(self.model(input_ids=b.input_ids, labels=b.input_ids, **kwargs))
         loss.backward()
         self.optimizer.step()
