@@ -1159,3 +1159,22 @@ class TestChromium:
         # hostile strings stayed text once a browser parsed the page
         assert "<script" not in body.lower()
         assert "<img" not in body.lower()
+
+
+def test_the_autotune_picks_of_every_tuned_kernel_are_listed_per_pick(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The real H200 cumsum replay: the candidate's edited kernel was tuned in each arm (status changed). The
+    bench section lists every distinct (kernel, status, base pick, candidate pick) once with the rows that chose
+    it, and counts the picks by status; the rows of the record are all there."""
+    rendered = render_scenario("h200_cumsum_forced_bench", tmp_path_factory)
+    picks = [(f"{r['row']} · {r['mode']}", p) for r in rendered["records"]["bench"]["data"]["rows"]
+             for p in r.get("autotune_picks") or []]
+    assert picks
+    table = [cells for cls, cells in rendered["page"].rows if cls == "grid" and len(cells) == 5
+             and cells[0] == "chunk_local_cumsum_vector_kernel"]
+    expected = {}
+    for row, p in picks:
+        expected.setdefault((p["kernel"], p["status"], ", ".join(p["base"]), ", ".join(p["cand"])), []).append(row)
+    assert sorted(tuple(c[:4]) for c in table) == sorted(expected)
+    for cells in table:
+        assert set(cells[4].split(", ")) == set(expected[tuple(cells[:4])])
+    assert f"Autotune picks of every tuned kernel in both arms ({len(expected)} changed)" in rendered["page"].text
