@@ -143,6 +143,9 @@ def test_gate_env_is_set_in_every_test_process(tmp_path: Path, monkeypatch: pyte
                    root, tmp_path / "o2", tmp_path / "cache", tag="t")
     assert run.green and run.counts == {"passed": 4}
     assert run.test_env.get("KG_ORDER_FLAG") == "serial-order"
+    # a finished run leaves its merged outcome record, not the xdist workers' files (they serve a resume)
+    assert (tmp_path / "o2" / "t.outcomes.json").exists()
+    assert not list((tmp_path / "o2").glob("t.outcomes.json.gw*"))
 
 
 def test_gate_restore_env_gives_every_test_the_same_start_under_xdist(tmp_path: Path) -> None:

@@ -263,6 +263,10 @@ def run(spec: GateSpec, worktree: Path, out_dir: Path, triton_cache: Path, *, ta
         raise KgateError(f"the test process was killed by {signal.Signals(-code).name} from outside kgate "
                          f"(out of memory, scancel, an operator?); nothing recorded, rerun the stage; see {log}")
     state = _read_outcomes(outcomes, log)
+    if state.get("finished"):
+        # the controller merged what the xdist workers wrote: their files served only an interrupted run
+        for p in outcomes_plugin.worker_paths(outcomes):
+            p.unlink()
     crashed = code is not None and (code < 0 or (code not in (0, 1, 2, 3, 4, 5)))
     if code in (3, 4) and not state.get("tests"):
         raise KgateError(f"pytest could not run the gate (exit {code}); see {log}")
