@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO
-from test_train_throughput import settings, start
+from test_train_throughput import WORKTREE, settings, start
 
 from kgate import protocol, verdict
 from kgate.errors import ConfigError
@@ -107,6 +107,36 @@ def test_a_campaign_builder_and_patch_make_the_model_and_dense_only_prepares_den
     finally:
         plain.close()
         patched.close()
+
+
+def test_a_patch_named_by_module_path_comes_from_the_arms_worktree(tmp_path: Path) -> None:
+    """``patch.function: toylm.patching:scale_head``, a module of the target itself (as
+    ``liger_kernel.transformers:apply_liger_kernel_to_llama``): imported from the arm's worktree, run before the
+    parameters are hashed; and a campaign naming such a patch gets its package as the target package."""
+    plain = start("plain", tmp_path, settings())
+    patched = start("patched", tmp_path, settings(patch={"function": "toylm.patching:scale_head",
+                                                         "kwargs": {"factor": 2.0}}, target_package=None))
+    try:
+        a, b = plain.request("build", layers=2), patched.request("build", layers=2)
+        assert a["params_sha256"] != b["params_sha256"]
+        assert patched.info["class_files"]["patch"] == str(WORKTREE / "toylm" / "patching.py")
+        assert patched.info["package"] == "toylm"
+    finally:
+        plain.close()
+        patched.close()
+    import yaml
+
+    from kgate import campaign
+    from kgate.measure import model_spec
+
+    source = yaml.safe_load((REPO / "config" / "campaigns" / "liger-layer-norm-rows.yaml").read_text())
+    model = {k: v for k, v in source["model"].items() if k != "target_package"}
+    model["patch"] = {"function": "liger_kernel.transformers:apply_liger_kernel_to_llama", "kwargs": {}}
+    path = tmp_path / f"{source['name']}.yaml"
+    path.write_text(yaml.safe_dump({**source, "model": model}, sort_keys=False))
+    got = model_spec.load_spec(campaign.load(path), "h200")
+    assert got is not None and got.target_package == "liger_kernel"
+    assert got.settings([])["patch"]["function"] == "liger_kernel.transformers:apply_liger_kernel_to_llama"
 
 
 def test_a_campaigns_own_training_step_replaces_kgates_in_every_workload(tmp_path: Path) -> None:
