@@ -41,6 +41,7 @@ Neither are a row's values checked against the input generator's own rules
 
 from __future__ import annotations
 
+import fnmatch
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -105,7 +106,11 @@ def _overlays(c: Campaign) -> None:
     against ``candidate.allowed_paths`` stay a gate of candidate_build: a verdict, not a configuration error.)"""
     with _named(c, "fixture.overlay"):
         touched = overlay.edit_paths(overlay.select(c.data["fixture"]["overlay"], c.target_identity))
-        overlay.outside_fixture_paths(touched, c.fixture_test_paths)
+        allowed = c.fixture_test_paths
+        outside = [p for p in touched if not any(fnmatch.fnmatchcase(p, g) for g in allowed)]
+        if outside:
+            raise ConfigError(f"key 'fixture.overlay': the fixture edits non-test path(s) {outside} "
+                              f"(allowed by fixture.test_paths: {list(allowed)})")
     source = c.candidate_source
     if source.kind == "overlay":
         with _named(c, "candidate.overlay"):
@@ -173,7 +178,7 @@ def _forward_only(c: Campaign, spec: MeasureSpec) -> None:
         return
     modes = {"profile.mode": spec.profile_mode, "bench.modes.gated": spec.gated_mode,
              "bench.modes.controls": spec.control_mode,
-             "ncu.mode": ((c.data.get("ncu") or {}).get("mode") or spec.gated_mode) if c.data.get("ncu") else "fwd"}
+             "ncu.mode": spec.profiled_call(c.data["ncu"].get("mode")) if c.data.get("ncu") else "fwd"}
     for key, mode in modes.items():
         if mode == "fwdbwd":
             raise ConfigError(f"{c.path}: key '{key}': fwdbwd, but measure.differentiate is [] (the op has no "

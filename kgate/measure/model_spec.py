@@ -121,6 +121,11 @@ def _file_function(campaign: Campaign, key: str, value: str) -> str:
     return f"{path}:{name}"
 
 
+def _function(campaign: Campaign, key: str, value: str | None) -> str | None:
+    """``module.path:name`` as written, ``<kgate-relative file>.py:name`` resolved (:func:`_file_function`)."""
+    return _file_function(campaign, key, value) if value and value.split(":")[0].endswith(".py") else value
+
+
 def load_spec(campaign: Campaign, gpu: str) -> ModelSpec | None:
     """The campaign's model settings for this device kind, or None when it has no ``model`` section or declares
     none (``model.none``)."""
@@ -167,13 +172,10 @@ def load_spec(campaign: Campaign, gpu: str) -> ModelSpec | None:
                               f"batch x seq_len = {int(run['batch']) * int(run['seq_len'])} tokens")
     if run.get("min_layers") is not None and int(run["min_layers"]) > int(run["layers"]):
         raise ConfigError(f"{key}.min_layers': {run['min_layers']} is above layers {run['layers']}")
-    patch = dict(m["patch"]) if m.get("patch") else None
-    if patch and patch["function"].split(":")[0].endswith(".py"):
-        patch["function"] = _file_function(campaign, "model.patch.function", patch["function"])
+    patch = ({**m["patch"], "function": _function(campaign, "model.patch.function", m["patch"]["function"])}
+             if m.get("patch") else None)
     builder = _file_function(campaign, "model.builder", m["builder"]) if m.get("builder") else None
-    step = m.get("step")
-    if step and step.split(":")[0].endswith(".py"):
-        step = _file_function(campaign, "model.step", step)
+    step = _function(campaign, "model.step", m.get("step"))
     target = m.get("target_package") or (
         patch["function"].split(":")[0].split(".")[0] if patch and not patch["function"].split(":")[0].endswith(".py")
         else (m["model_class"].split(":")[0].split(".")[0] if m.get("model_class") else None))

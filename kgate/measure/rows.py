@@ -158,13 +158,18 @@ class MeasureSpec:
         """The call bench times for control rows (``bench.modes.controls``, default fwd)."""
         return (self.bench.get("modes") or {}).get("controls") or "fwd"
 
+    def profiled_call(self, mode: str | None) -> str:
+        """The call a profiler runs: its section's ``mode`` when set, else the call the bar judges
+        (``bench.modes.gated``), so a forward-only bar is explained by the forward's kernels."""
+        return mode or self.gated_mode
+
     @property
     def profile_mode(self) -> str:
         """The call profile_baseline and profile_candidate profile: ``profile.mode``, else bench's gated mode.
 
         The plausibility bound is a best case for the endpoint the bar judges, so both must be the same call;
         campaign checks refuse a ``profile.mode`` that differs from ``bench.modes.gated``."""
-        return self.profile.get("mode") or self.gated_mode
+        return self.profiled_call(self.profile.get("mode"))
 
     @property
     def removed(self) -> str | None:

@@ -9,7 +9,6 @@ makes a new candidate id (and only that reruns candidate stages).
 
 from __future__ import annotations
 
-import fnmatch
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -95,14 +94,6 @@ def edit_paths(variant: Variant) -> list[str]:
                 _source(variant, edit, key)
         out.append(rel)
     return out
-
-
-def outside_fixture_paths(touched: list[str], allowed: tuple[str, ...]) -> None:
-    """Refuse a fixture that touches a path outside ``fixture.test_paths`` (glob patterns): one line naming them."""
-    outside = [p for p in touched if not any(fnmatch.fnmatchcase(p, g) for g in allowed)]
-    if outside:
-        raise ConfigError(f"key 'fixture.overlay': the fixture edits non-test path(s) {outside} "
-                          f"(allowed by fixture.test_paths: {list(allowed)})")
 
 
 def apply(variant: Variant, worktree: Path) -> list[str]:

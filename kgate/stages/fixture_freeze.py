@@ -91,9 +91,8 @@ def run(ctx: Context) -> StageResult:
     git.reset_worktree(repo, wt, baseline_sha, branch=paths.branch(c.name, "bench_base"))
     fx = c.data["fixture"]
     variant = overlay.select(paths.PROJECT / fx["overlay"], c.target_identity)
-    # refused at DAG build already (kgate.campaign_checks); checked again on what was applied
+    # inside fixture.test_paths: checked whenever the campaign is loaded (kgate.campaign_checks), this job too
     touched = overlay.apply(variant, wt)
-    overlay.outside_fixture_paths(touched, c.fixture_test_paths)
     bench_base = git.commit_all(wt, f"kgate: fixture for {c.name} ({fx['overlay']})")
     # every file of the worktree is in BENCH_BASE (ignored ones too): later stages verify it by content
     verify_worktree(wt, bench_base, repo, "BENCH_BASE's worktree")

@@ -91,9 +91,8 @@ class NcuSpec:
     thresholds: ncu_gates.Thresholds
 
     def for_call(self, spec: MeasureSpec) -> NcuSpec:
-        """This spec with its profiled call decided: ``ncu.mode``, else the call bench gates
-        (``bench.modes.gated``), so a forward-only bar is explained by the forward's kernels."""
-        return replace(self, mode=self.mode or spec.gated_mode)
+        """This spec with its profiled call decided (``MeasureSpec.profiled_call`` of ``ncu.mode``)."""
+        return replace(self, mode=spec.profiled_call(self.mode))
 
     def kernel_filter(self, removed: str | None) -> str:
         """The ncu ``--kernel-name regex:`` filter: the two sides and the removed kernels (if any)."""
