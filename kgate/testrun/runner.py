@@ -14,7 +14,8 @@ are loaded inside the worker; nothing is written into the worktree.
 
 Classification: failures, errors, collection errors in the target's code, a
 crash (a fatal signal such as SIGSEGV or SIGABRT) or a hang (run timeout) are
-*measured* results of the code under test; a worker killed from outside
+*measured* results of the code under test, except CUDA out-of-memory failures beside other
+pytest-xdist workers, which a run alone decides (``kgate.testrun.contention``); a worker killed from outside
 (SIGKILL, SIGTERM, SIGINT that kgate did not send) is an error. Usage errors, internal pytest errors, an empty selection
 and a target imported from outside the worktree are infrastructure errors.
 """
@@ -22,6 +23,7 @@ and a target imported from outside the worktree are infrastructure errors.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -35,7 +37,7 @@ from typing import Any
 
 from kgate import paths
 from kgate.errors import ConfigError, KgateError, ProvenanceMismatch
-from kgate.testrun import outcomes_plugin, resume
+from kgate.testrun import contention, outcomes_plugin, resume
 from kgate.testrun.guard import guarded
 
 #: outcomes that are not failures; ``unavailable``: the Triton interpreter itself could not run the test (CPU)
@@ -91,6 +93,8 @@ class GateRun:
     carried: tuple[str, ...] = ()
     #: the numeric settings at the end of the session (kgate.testrun.numerics_plugin); None: not recorded
     numerics_state: dict[str, str] | None = None
+    #: the log of the run alone of the tests that ran out of GPU memory beside other workers, if any
+    alone_log: str | None = None
 
     @property
     def counts(self) -> dict[str, int]:
@@ -108,8 +112,9 @@ class GateRun:
 
     @property
     def green(self) -> bool:
-        return (self.exit_code == 0 and not self.timed_out and not self.crashed
-                and not self.collect_errors and not self.bad_ids)
+        # pytest's exit 1 (tests failed) is green when every failure was decided passed by a run alone
+        ok_exit = self.exit_code == 0 or (self.exit_code == 1 and bool(contention.settled_ids(self.tests)))
+        return ok_exit and not self.timed_out and not self.crashed and not self.collect_errors and not self.bad_ids
 
     def summary(self) -> str:
         parts = [f"{n} {k}" for k, n in sorted(self.counts.items())]
@@ -118,6 +123,11 @@ class GateRun:
             parts.append(f"{missing} not finished")
         if self.collect_errors:
             parts.append(f"{len(self.collect_errors)} collection error(s)")
+        alone = contention.settled_ids(self.tests)
+        if alone:
+            workers = self.tests[alone[0]]["alone"]["workers"]
+            parts.append(f"{len(alone)} of them decided by a run alone (out of GPU memory beside {workers - 1} "
+                         f"other worker(s))")
         if self.carried:
             parts.append(f"{len(self.carried)} of them carried over from an interrupted attempt of the same commit")
         if self.timed_out:
@@ -136,6 +146,7 @@ class GateRun:
             "imports": self.imports, "env": self.env, "test_env": self.test_env, "log": self.log,
             "outcomes": self.outcomes_path, "junit": self.junit_path, "interpreter": self.interp,
             "carried_over": list(self.carried), "numerics_state": self.numerics_state,
+            "alone": contention.settled_ids(self.tests), "alone_log": self.alone_log,
         }
 
 
@@ -205,7 +216,24 @@ def build_env(spec: GateSpec, worktree: Path, triton_cache: Path) -> dict[str, s
 def run(spec: GateSpec, worktree: Path, out_dir: Path, triton_cache: Path, *, tag: str,
         only_ids: list[str] | None = None) -> GateRun:
     """Run the gate (or only ``only_ids``) once; write outcomes, junit and log under ``out_dir``.
-    A full run resumes an interrupted earlier attempt of the same key (kgate.testrun.resume)."""
+    A full run resumes an interrupted earlier attempt of the same key (kgate.testrun.resume). Tests that
+    ran out of GPU memory beside other workers run once more alone, and that run decides them
+    (``kgate.testrun.contention``; its files are tagged ``<tag>-alone``)."""
+    alone_tag = f"{tag}-alone"
+    for p in out_dir.glob(f"{alone_tag}.*"):
+        p.unlink()
+    first = _run_once(spec, worktree, out_dir, triton_cache, tag=tag, only_ids=only_ids)
+    ids = contention.shared_oom_ids(first.tests, spec.workers)
+    if not ids:
+        return first
+    solo = _run_once(dataclasses.replace(spec, workers=1), worktree, out_dir, triton_cache, tag=alone_tag,
+                     only_ids=ids)
+    return dataclasses.replace(first, tests=contention.settle(first.tests, solo.tests, ids, spec.workers),
+                               alone_log=solo.log)
+
+
+def _run_once(spec: GateSpec, worktree: Path, out_dir: Path, triton_cache: Path, *, tag: str,
+              only_ids: list[str] | None) -> GateRun:
     out_dir.mkdir(parents=True, exist_ok=True)
     triton_cache.mkdir(parents=True, exist_ok=True)
     outcomes = (out_dir / f"{tag}.outcomes.json").resolve()

@@ -1,0 +1,145 @@
+"""Gate tests that ran out of GPU memory beside other xdist workers are decided by a run alone.
+
+The classifier reads real records: an H100 gate run of Liger's TVD tests with 14 workers (every failure
+CUDA's out-of-memory error) and an H200 fixture run whose failure was Triton's OutOfResources (shared
+memory), which is the kernel's own and never rerun. The runner is exercised on real pytest-xdist runs of
+a toy suite whose two tests "run out of memory" only while both run at once (a stand-in for a GPU: this
+machine has none)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from kgate.testrun import contention
+from kgate.testrun import runner as gate
+
+DATA = Path(__file__).parent / "data"
+
+
+def test_real_h100_out_of_memory_failures_are_the_sharing() -> None:
+    rec = json.loads((DATA / "contention" / "h100_tvd_baseline_run1.json").read_text())
+    tests = rec["tests"]
+    failed = sorted(i for i, t in tests.items() if t["outcome"] == "failed")
+    assert len(failed) == 3
+    assert contention.shared_oom_ids(tests, workers=14) == failed
+    # one worker: nothing else held the GPU, so the failure is the test's own
+    assert contention.shared_oom_ids(tests, workers=1) == []
+    # the runtime's wording (torch.AcceleratorError: CUDA error: out of memory), from the same stage's rerun
+    again = rec["rerun1_tests"]
+    assert "AcceleratorError" in next(iter(again.values()))["message"]
+    assert contention.shared_oom_ids(again, workers=14) == list(again)
+
+
+def test_triton_out_of_resources_is_the_kernels_own() -> None:
+    rec = json.loads((DATA / "fixture_state" / "h200_kda_shared_pick" / "fixture_freeze.json").read_text())
+    tests = {t["nodeid"]: t for t in rec["data"]["run"]["tests"]}
+    bad = [i for i, t in tests.items() if t["outcome"] == "failed"]
+    assert bad and "OutOfResources" in tests[bad[0]]["message"]
+    assert contention.shared_oom_ids(tests, workers=14) == []
+
+
+def test_settle_keeps_what_the_shared_run_saw() -> None:
+    shared = {"a": {"nodeid": "a", "outcome": "failed", "message": "x" * 1000 + "torch.OutOfMemoryError: CUDA out of memory"},
+              "b": {"nodeid": "b", "outcome": "failed", "message": "CUDA error: out of memory"},
+              "c": {"nodeid": "c", "outcome": "passed", "message": None}}
+    alone = {"a": {"nodeid": "a", "outcome": "passed", "message": None}}
+    out = contention.settle(shared, alone, ["a", "b"], workers=8)
+    assert out["a"]["outcome"] == "passed" and out["a"]["alone"]["outcome"] == "failed"
+    assert out["a"]["alone"]["workers"] == 8 and out["a"]["alone"]["message_end"].endswith("CUDA out of memory")
+    assert len(out["a"]["alone"]["message_end"]) == 400
+    # not finished alone: the shared failure stands
+    assert out["b"]["outcome"] == "failed" and out["b"]["alone"]["outcome_alone"] == "not finished"
+    assert out["c"] == shared["c"] and contention.settled_ids(out) == ["a", "b"]
+
+
+# Two test files, one per xdist worker (--dist loadfile), whose tests each hold a marker file while they run; one
+# that sees the other's marker within a few seconds raises torch's out-of-memory error, as a test does when the
+# other worker holds the GPU's memory. `wrong` fails alone too (a wrong result), `tight` runs out of memory alone.
+CONFTEST = '''
+import time
+from pathlib import Path
+import pytest
+import torch
+
+HERE = Path(__file__).parent
+
+@pytest.fixture
+def hold():
+    def _hold(name, other):
+        mine = HERE / f".{name}.running"
+        mine.write_text("")
+        try:
+            end = time.time() + 4
+            while time.time() < end:
+                if (HERE / f".{other}.running").exists():
+                    raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.96 GiB.")
+                time.sleep(0.05)
+        finally:
+            mine.unlink()
+    return _hold
+'''
+FILES = {
+    "tests/conftest.py": CONFTEST,
+    "tests/test_left.py": "def test_left(hold):\n    hold('left', 'right')\n",
+    "tests/test_right.py": "def test_right(hold):\n    hold('right', 'left')\n",
+    "tests/test_zother.py": (
+        "import torch\n"
+        "def test_wrong():\n    assert 1 + 1 == 3\n"
+        "def test_tight():\n    raise torch.OutOfMemoryError('CUDA out of memory. Tried to allocate 200.00 GiB.')\n"),
+}
+LEFT, RIGHT = "tests/test_left.py::test_left", "tests/test_right.py::test_right"
+WRONG, TIGHT = "tests/test_zother.py::test_wrong", "tests/test_zother.py::test_tight"
+
+
+def _tree(tmp_path: Path) -> Path:
+    root = tmp_path / "target"
+    for name, text in FILES.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    return root
+
+
+def _spec(workers: int, select: str) -> gate.GateSpec:
+    return gate.GateSpec(tests=("tests",), select=select, pytest_args=("--dist", "loadfile"), forbid_env=(),
+                         python_path=(".",), cpu=False, cpu_setup=None, test_timeout_s=60, run_timeout_s=180,
+                         workers=workers)
+
+
+def test_a_run_alone_decides_out_of_memory_beside_other_workers(tmp_path: Path) -> None:
+    run = gate.run(_spec(2, "left or right or wrong"), _tree(tmp_path), tmp_path / "out", tmp_path / "cache",
+                   tag="gate")
+    # at least one of the pair ran out beside the other and was decided alone: passed
+    settled = contention.settled_ids(run.tests)
+    assert settled and set(settled) <= {LEFT, RIGHT}
+    for i in settled:
+        assert run.tests[i]["outcome"] == "passed"
+        assert run.tests[i]["alone"]["outcome"] == "failed" and run.tests[i]["alone"]["workers"] == 2
+    # a wrong result is never rerun: it stands, so the run is not green
+    assert run.tests[WRONG]["outcome"] == "failed" and "alone" not in run.tests[WRONG]
+    assert run.bad_ids == [WRONG] and not run.green
+    assert "decided by a run alone (out of GPU memory beside 1 other worker(s))" in run.summary()
+    assert run.alone_log and Path(run.alone_log).name == "gate-alone.pytest.log"
+    alone_cmd = Path(run.alone_log).read_text().splitlines()[0]
+    assert " -n " not in alone_cmd and all(i in alone_cmd for i in settled) and WRONG not in alone_cmd
+    data = run.as_data()
+    assert data["alone"] == settled and data["counts"]["passed"] == 2
+
+
+def test_only_sharing_failures_make_a_green_run(tmp_path: Path) -> None:
+    run = gate.run(_spec(2, "left or right"), _tree(tmp_path), tmp_path / "out", tmp_path / "cache", tag="gate")
+    assert run.exit_code == 1 and contention.settled_ids(run.tests)
+    assert run.green and run.bad_ids == []
+
+
+def test_out_of_memory_alone_is_the_tests_own(tmp_path: Path) -> None:
+    root = _tree(tmp_path)
+    run = gate.run(_spec(2, "tight"), root, tmp_path / "out", tmp_path / "cache", tag="gate")
+    assert run.tests[TIGHT]["outcome"] == "failed" and run.tests[TIGHT]["alone"]["outcome"] == "failed"
+    assert not run.green
+    # serial from the start: nothing to decide alone
+    serial = gate.run(_spec(1, "tight"), root, tmp_path / "out1", tmp_path / "cache", tag="gate")
+    assert "alone" not in serial.tests[TIGHT] and serial.alone_log is None
+    assert not (tmp_path / "out1" / "gate-alone.pytest.log").exists()
