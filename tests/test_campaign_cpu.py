@@ -77,6 +77,8 @@ def test_the_default_candidate_passes_every_gate_to_smoke(rwkv6_workdir: Workflo
     rows = {g["name"]: g["status"] for g in gate["gates"]}
     assert rows["gate_tests_pass"] == rows["same_test_ids"] == rows["fallback_bit_identical"] == "pass", rows
     assert gate["data"]["run"]["counts"].get("passed", 0) > 0 and gate["data"]["run"]["interpreter"]
+    # nothing compiles under the interpreter: no compile-only worker beside the gate, and the record says why
+    assert gate["data"]["precompile"] == {"ran": False, "why": "CPU: the Triton interpreter compiles nothing"}
     outputs = json.loads((rwkv6_workdir.workdir / "results" / CAMPAIGN / "cpu" / "candidate_gate" / cid
                           / "outputs.json").read_text())
     assert {r["path"] for r in outputs["rows"]} == {"optimized", "fallback"}, outputs["rows"]

@@ -21,7 +21,9 @@ the campaign's input generator, allocate the L2 flush buffer), ``registry``,
 every tensor), ``outputs`` (one call, outputs and gradients saved for the
 BENCH_BASE comparison), ``warm``, ``time``, ``profile``, ``autotune``, ``resources``,
 ``launch_cost``, ``bandwidth``, ``profile_range`` (one call inside a CUDA profiler
-range, for Nsight Compute), ``release``, ``quit``.
+range, for Nsight Compute), ``compile`` (one call of a worker started with
+``--compile-only``: Triton compiles, nothing runs; ``kgate.measure.precompile``),
+``release``, ``quit``.
 
 The worker is assembled from one module per concern: :mod:`kgate.measure.worker_state` (state,
 :class:`~kgate.measure.worker_state.ArmTargetError`), :mod:`kgate.measure.worker_calls` (rows and
@@ -91,14 +93,21 @@ def serve(dispatch: Callable[[str, dict[str, Any]], dict[str, Any]]) -> int:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m kgate.measure.worker")
     p.add_argument("--arm", required=True)
+    p.add_argument("--compile-only", action="store_true",
+                   help="every Triton launch compiles its kernel and runs nothing (kgate.testrun.compile_only); "
+                        "for kgate.measure.precompile, never a timed stage")
     args = p.parse_args(argv)
+    if args.compile_only:
+        from kgate.testrun import compile_only
+
+        compile_only.install()
     worker = Worker(args.arm)
     handlers = {"init": worker.init, "prepare": worker.prepare, "warm": worker.warm, "time": worker.time,
                 "profile": worker.profile, "autotune": worker.autotune, "resources": worker.resources,
                 "sources": worker.sources, "launch_cost": worker.launch_cost, "bandwidth": worker.bandwidth,
                 "flops": worker.flops, "registry": worker.registry, "refresh": worker.refresh,
                 "sample_outputs": worker.sample_outputs, "release": worker.release, "outputs": worker.outputs,
-                "profile_range": worker.profile_range}
+                "profile_range": worker.profile_range, "compile": worker.compile}
 
     def dispatch(cmd: str, req_args: dict[str, Any]) -> dict[str, Any]:
         if cmd not in handlers:

@@ -12,7 +12,10 @@ fixture run's: a test that disappears, is deselected or changes from passed to
 skipped fails the gate with its id. The numeric settings each test changed at
 run time (torch flags, Triton knobs, recorded variables, even restored before
 the test ended) and those at the end of the run must equal the fixture run's
-(``numeric_state``, ``kgate.gates.numerics``).
+(``numeric_state``, ``kgate.gates.numerics``). On a GPU, while the frozen gate runs,
+a compile-only worker of the candidate compiles the kernels the timed stages will launch
+into the stack's kernel cache (``kgate.measure.precompile``; ``data.precompile``); it
+decides nothing and ends before any test runs alone.
 
 Dependent tests are not part of the frozen contract (the helper picks them from
 the candidate's diff), so nothing froze their state at BENCH_BASE. When their
@@ -37,11 +40,12 @@ from kgate import paths, provenance
 from kgate.errors import KgateError
 from kgate.gates import env as env_gates
 from kgate.gates import numerics as numerics_gates
-from kgate.measure import output_diff
-from kgate.measure.arms import WorkerFailure
+from kgate.measure import output_diff, precompile
+from kgate.measure import rows as measure_rows
+from kgate.measure.arms import WorkerFailure, worker_env
 from kgate.measure.rows import dispatch_rows
-from kgate.records import Gate, StageResult, write_json
-from kgate.stages.common import Context
+from kgate.records import Gate, StageResult, read_record, write_json
+from kgate.stages.common import GATE_RUN_SHARE, Context
 from kgate.testrun import runner
 
 
@@ -151,7 +155,12 @@ def run(ctx: Context) -> StageResult:
             Gate("gate_tests_pass", "every frozen test passes", "not run: the environment differs", "skip")],
             data={"candidate": cid, "env_diff": stage_diff, "env": env_now})
     cache = ctx.triton_cache
-    main = runner.run(spec, wt, ctx.out_dir, cache, tag="gate")
+    # the timed stages' kernels compile beside the frozen gate (untimed), and stop before anything runs alone
+    pre, pre_why = start_precompile(ctx, wt)
+    try:
+        main = runner.run(spec, wt, ctx.out_dir, cache, tag="gate", before_alone=pre.stop if pre else None)
+    finally:
+        pre_record = pre.stop() if pre else {"ran": False, "why": pre_why}
     runner.check_imports(main, wt)
     gates = []
     if main.green:
@@ -203,5 +212,30 @@ def run(ctx: Context) -> StageResult:
     data = {"candidate": cid, "candidate_sha": build["data"]["candidate_sha"], "bench_base": fx["data"]["bench_base"],
             "worktree": str(wt), "run": main.as_data(), "dependent": dep_data, "dependent_files": dep_files,
             "dependent_at_bench_base": base_data, "dependent_attribution": attribution,
-            "triton_cache": str(cache)}
+            "triton_cache": str(cache), "precompile": pre_record}
     return StageResult(gates=gates, data=data)
+
+
+def start_precompile(ctx: Context, wt: Path) -> tuple[precompile.Precompile | None, str | None]:
+    """The candidate's compile-only worker over the rows later stages time (``kgate.measure.precompile``), or
+    None and why it does not run: on CPU (the interpreter compiles nothing), without a measure section, or
+    without profile_baseline's row table."""
+    c, gpu = ctx.campaign, ctx.gpu
+    if gpu == "cpu":
+        return None, "CPU: the Triton interpreter compiles nothing"
+    spec = measure_rows.load_spec(c, gpu)
+    if spec is None:
+        return None, "the campaign has no measure section"
+    pb_path = paths.record(c.name, gpu, "profile_baseline")
+    if not pb_path.exists():
+        return None, f"no row table: {pb_path} does not exist"
+    ncu = c.data.get("ncu") or {}
+    try:
+        items = precompile.items_for(spec, measure_rows.table_from_record(read_record(pb_path)), ncu.get("rows"),
+                                     ncu.get("mode"))
+        env = worker_env(ctx, wt, ctx.triton_cache)
+        return precompile.start(wt, ctx.triton_cache, env, ctx.out_dir / "worker-precompile.log",
+                                spec.worker_init(), items, ctx.deadline_s(GATE_RUN_SHARE)), None
+    except (KgateError, OSError) as exc:
+        # it decides nothing: a precompile that cannot start is recorded, and the gate runs as ever
+        return None, f"could not start: {type(exc).__name__}: {exc}"

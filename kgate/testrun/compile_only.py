@@ -1,8 +1,8 @@
 """Compile without running: a process in which every Triton launch compiles its kernel and runs nothing.
 
-Used by the precompile workers (``kgate.measure.precompile``), which fill the stack's kernel cache with the
-kernels a later timed stage will launch while an untimed stage (a gate run) has the GPU, never beside a timed
-one.
+Used by the precompile worker (``kgate.measure.precompile``, a measurement worker started with
+``--compile-only``), which fills the stack's kernel cache with the kernels a later timed stage will launch
+while an untimed stage (candidate_gate's frozen gate run) has the GPU, never beside a timed one.
 
 Method: :func:`install` replaces two entry points of Triton's runtime in this process.
 ``KernelInterface.__getitem__`` (``kernel[grid](...)``) passes ``warmup=True``, so a JIT function binds and
@@ -48,6 +48,15 @@ def _name(obj: Any) -> str:
 def share(configs: list[Any], rank: int, ranks: int) -> list[Any]:
     """This process's configs: every ``ranks``-th one from ``rank`` (all of them for one rank)."""
     return [c for i, c in enumerate(configs) if i % ranks == rank]
+
+
+def installed() -> bool:
+    """Whether this process's Triton launches compile only."""
+    if importlib.util.find_spec("triton") is None:
+        return False
+    from triton.runtime.jit import KernelInterface
+
+    return getattr(KernelInterface.__getitem__, _MARK, None) is not None
 
 
 def install(rank: int = 0, ranks: int = 1) -> bool:

@@ -30,7 +30,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -214,11 +214,12 @@ def build_env(spec: GateSpec, worktree: Path, triton_cache: Path) -> dict[str, s
 
 
 def run(spec: GateSpec, worktree: Path, out_dir: Path, triton_cache: Path, *, tag: str,
-        only_ids: list[str] | None = None) -> GateRun:
+        only_ids: list[str] | None = None, before_alone: Callable[[], object] | None = None) -> GateRun:
     """Run the gate (or only ``only_ids``) once; write outcomes, junit and log under ``out_dir``.
     A full run resumes an interrupted earlier attempt of the same key (kgate.testrun.resume). Tests that
     ran out of GPU memory beside other workers run once more alone, and that run decides them
-    (``kgate.testrun.contention``; its files are tagged ``<tag>-alone``)."""
+    (``kgate.testrun.contention``; its files are tagged ``<tag>-alone``); ``before_alone`` is called first
+    (a caller's own GPU work beside the run ends there)."""
     alone_tag = f"{tag}-alone"
     for p in out_dir.glob(f"{alone_tag}.*"):
         p.unlink()
@@ -226,6 +227,8 @@ def run(spec: GateSpec, worktree: Path, out_dir: Path, triton_cache: Path, *, ta
     ids = contention.shared_oom_ids(first.tests, spec.workers)
     if not ids:
         return first
+    if before_alone is not None:
+        before_alone()
     solo = _run_once(dataclasses.replace(spec, workers=1), worktree, out_dir, triton_cache, tag=alone_tag,
                      only_ids=ids)
     return dataclasses.replace(first, tests=contention.settle(first.tests, solo.tests, ids, spec.workers),

@@ -1,0 +1,129 @@
+"""Compilation beside the frozen gate: the compile-only mode, the precompile worker and the rows it covers.
+
+The worker runs for real on CPU under Triton's interpreter against test_worker's toy target. The
+interpreter compiles nothing, so what is checked here is what the mode and the worker do around a
+compile (each launch counted, nothing run, stop, failure, the record); that the GPU build fills the
+kernel cache needs a GPU and is not shown here."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from conftest import REPO
+from test_worker import toy_env, toy_init, toy_worktree
+
+from kgate import campaign_checks
+from kgate.measure import precompile
+from kgate.measure.rows import load_spec, row_table
+
+COMPILE_ONLY_PROBE = '''
+import torch, triton, triton.language as tl
+from kgate.testrun import compile_only
+
+@triton.jit
+def double(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2.0, mask=offs < n)
+
+@triton.autotune(configs=[triton.Config({"BLOCK": 32}), triton.Config({"BLOCK": 64}), triton.Config({"BLOCK": 128})],
+                 key=["n"])
+@triton.jit
+def tuned(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2.0, mask=offs < n)
+
+x = torch.ones(100)
+y = torch.zeros(100)
+double[(2,)](x, y, 100, BLOCK=64)
+assert float(y.sum()) == 200.0, "a plain launch runs"
+assert not compile_only.installed()
+compile_only.install()
+assert compile_only.installed()
+y.zero_()
+double[(2,)](x, y, 100, BLOCK=64)
+double[(2,)](x, y, 100, BLOCK=64)
+assert float(y.sum()) == 0.0, "a compile-only launch runs nothing"
+tuned[lambda meta: (triton.cdiv(100, meta["BLOCK"]),)](x, y, 100)
+assert float(y.sum()) == 0.0 and tuned.cache == {}, "no config ran, no pick was made"
+print(compile_only.TALLY)
+'''
+
+
+def test_compile_only_counts_launches_and_runs_nothing(tmp_path: Path) -> None:
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(REPO), "TRITON_CACHE_DIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", COMPILE_ONLY_PROBE], capture_output=True, text=True, env=env,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    # two launches of the plain kernel; every config of the autotuned one compiled once
+    assert out.stdout.strip() == "{'double': 2, 'tuned': 3}"
+
+
+ROWS = [{"name": "small", "N": 4, "D": 8}, {"name": "wide", "N": 2, "D": 96}]
+
+
+def _start(tmp_path: Path, items: list[precompile.Item], **env: str) -> precompile.Precompile:
+    wt, inputs = toy_worktree(tmp_path)
+    cache = tmp_path / "cache"
+    return precompile.start(wt, cache, toy_env(wt, cache, **env), tmp_path / "worker-precompile.log",
+                            toy_init(inputs), items, deadline_s=120)
+
+
+def test_every_row_and_mode_is_compiled_once(tmp_path: Path) -> None:
+    pre = _start(tmp_path, [precompile.Item(ROWS[0], ("fwd", "fwdbwd")), precompile.Item(ROWS[1], ("fwd",))])
+    assert pre.thread is not None
+    pre.thread.join(timeout=120)
+    rec = pre.stop()
+    assert rec["ended"] == "done", rec
+    assert [(c["row"], c["mode"]) for c in rec["calls"]] == [("small", "fwd"), ("small", "fwdbwd"), ("wide", "fwd")]
+    # one launch of the toy kernel per forward (its backward launches none), compiled and not run
+    assert all(c["compiles"] == {"toy_scale_kernel": 1} for c in rec["calls"])
+    assert rec["compiles_by_kernel"] == {"toy_scale_kernel": 3}
+    assert rec["worker"]["module_file"].endswith("toyop/__init__.py")
+    assert pre.stop() is rec, "stop is idempotent"
+    assert pre.arm.proc.poll() is not None, "the worker is gone"
+
+
+def test_the_gates_end_stops_it_and_keeps_what_it_did(tmp_path: Path) -> None:
+    # every call of the toy op sleeps 60 s: the gate's run ends first
+    pre = _start(tmp_path, [precompile.Item(ROWS[0], ("fwd",))], TOYOP_SLEEP="60")
+    time.sleep(3)
+    t0 = time.monotonic()
+    rec = pre.stop()
+    assert time.monotonic() - t0 < 30
+    assert rec["ended"] == "stopped" and rec["calls"] == [] and "error" not in rec
+    assert pre.arm.proc.poll() is not None
+
+
+def test_a_failure_is_recorded_and_decides_nothing(tmp_path: Path) -> None:
+    pre = _start(tmp_path, [precompile.Item({**ROWS[0], "broken": True}, ("fwd",)),
+                            precompile.Item(ROWS[1], ("fwd",))])
+    assert pre.thread is not None
+    pre.thread.join(timeout=120)
+    rec = pre.stop()
+    assert rec["ended"] == "failed" and "row small fwd" in rec["error"], rec
+    assert rec["calls"] == [], "it stops at the first failure"
+
+
+def test_the_rows_are_those_later_stages_time_in_their_modes() -> None:
+    c = campaign_checks.load("rwkv6-bwd-fusion")
+    spec = load_spec(c, "h200")
+    assert spec is not None
+    table = row_table(spec.explicit_rows)
+    items = precompile.items_for(spec, table, c.data["ncu"]["rows"], c.data["ncu"].get("mode"))
+    by_row = {i.row["name"]: i.modes for i in items}
+    # every row is made once; profile's rows come first, in its order
+    assert [i.row["name"] for i in items][:4] == c.data["profile"]["rows"]
+    assert set(by_row) == set(table)
+    # bench's controls are timed forward-only as well as in the gated mode
+    assert by_row["B4_T2048_H16_D128"] == ("fwdbwd", "fwd")
+    assert all(by_row[n] == ("fwdbwd",) for n in table if n not in c.data["bench"]["controls"])
+    tvd = campaign_checks.load("liger-tvd-fused-scale-1127")
+    tspec = load_spec(tvd, "h200")
+    assert tspec is not None
+    titems = precompile.items_for(tspec, row_table(tspec.explicit_rows), tvd.data["ncu"]["rows"], None)
+    # a forward-only bar: every stage calls the forward
+    assert {i.modes for i in titems} == {("fwd",)} and len(titems) == 4
