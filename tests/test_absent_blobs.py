@@ -50,6 +50,26 @@ def incomplete(tmp_path: Path) -> tuple[Path, str, str]:
     return mirror, commit, asset_oid
 
 
+def test_a_shallow_clone_lacking_a_blob_is_borrowed_not_packed(incomplete, tmp_path: Path):
+    """A shallow mirror (its commit's parents absent) that also lacks a blob: git's own shared clone of it goes
+    through pack-objects and aborts on the absent blob (as a carried target clone did on a GPU node)."""
+    mirror, commit, asset_oid = incomplete
+    (mirror / "shallow").write_text(commit + "\n")
+    failed = subprocess.run(["git", "clone", "-q", "--bare", "--shared", str(mirror), str(tmp_path / "plain.git")],
+                            capture_output=True, text=True)
+    assert failed.returncode != 0 and "index-pack" in failed.stderr
+    repo = tmp_path / "kgate.git"
+    git.clone_shared(mirror, repo)
+    assert (repo / "shallow").read_text() == commit + "\n"
+    assert git.has_commit(repo, commit) and git.absent_blobs(repo, commit) == [ASSET]
+    assert _run("rev-parse", "refs/heads/main", cwd=repo).decode().strip() == commit
+    assert not (tmp_path / "kgate.git.borrowing").exists()
+    wt = tmp_path / "wt"
+    git.reset_worktree(repo, wt, commit, branch="kgate/t/bench_base")
+    assert (wt / "pkg" / "kernel.py").exists() and not (wt / ASSET).exists()
+    verify_worktree(wt, commit, repo, "the test worktree")
+
+
 def test_absent_blob_checked_out_sparse_and_kept_in_commits(incomplete, tmp_path: Path):
     mirror, commit, asset_oid = incomplete
     repo = tmp_path / "kgate.git"

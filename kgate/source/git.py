@@ -73,8 +73,34 @@ def clone_shared(src: Path, dest: Path) -> None:
     if dest.exists():
         return
     dest.parent.mkdir(parents=True, exist_ok=True)
-    git("clone", "--bare", "--shared", "--no-tags", "--quiet", str(src), str(dest))
+    if git("rev-parse", "--is-shallow-repository", cwd=src).strip() == "true":
+        _borrow_shallow(src, dest)
+    else:
+        git("clone", "--bare", "--shared", "--no-tags", "--quiet", str(src), str(dest))
     neutral_attributes(dest)
+
+
+def _borrow_shallow(src: Path, dest: Path) -> None:
+    """What ``clone --bare --shared --no-tags`` makes of a non-shallow ``src``, for a shallow one: git clones a
+    shallow repository through pack-objects even with ``--shared``, which aborts on the first object the
+    clone lacks (a mirror's left-out blob). Here nothing is packed: ``dest`` borrows ``src``'s object store
+    (``objects/info/alternates``), takes its branches and HEAD, and its ``shallow`` list (the commits whose
+    parents are absent). A temporary name until complete: an interrupted borrow leaves no half clone."""
+    common = Path(git("rev-parse", "--path-format=absolute", "--git-common-dir", cwd=src).strip())
+    tmp = dest.with_name(dest.name + ".borrowing")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    git("init", "--bare", "--quiet", str(tmp))
+    atomic_write_text(tmp / "objects" / "info" / "alternates", f"{common / 'objects'}\n")
+    if (common / "shallow").exists():
+        atomic_write_text(tmp / "shallow", (common / "shallow").read_text())
+    refs = git("for-each-ref", "--format=%(objectname) %(refname)", "refs/heads", cwd=src)
+    git("update-ref", "--stdin", cwd=tmp,
+        input_text="".join(f"create {ref} {oid}\n" for oid, ref in (ln.split(" ", 1) for ln in refs.splitlines())))
+    head = git("symbolic-ref", "-q", "HEAD", cwd=src, check=False).strip()
+    if head:
+        git("symbolic-ref", "HEAD", head, cwd=tmp)
+    tmp.rename(dest)
 
 
 def init_bare(dest: Path) -> None:
