@@ -1,10 +1,11 @@
 """Gate tests that ran out of GPU memory beside other xdist workers are decided by a run alone.
 
-The classifier reads real records: an H100 gate run of Liger's TVD tests with 14 workers (every failure
-CUDA's out-of-memory error) and an H200 fixture run whose failure was Triton's OutOfResources (shared
-memory), which is the kernel's own and never rerun. The runner is exercised on real pytest-xdist runs of
-a toy suite whose two tests "run out of memory" only while both run at once (a stand-in for a GPU: this
-machine has none)."""
+The classifier reads real records: an H100 gate run of Liger's TVD tests with 14 workers (every failure CUDA's
+out-of-memory error), an H100 candidate gate at 8 workers whose workers went on failing after their first
+out-of-memory error (8 of them "CUDA error: unknown error"), and an H200 fixture run whose failure was Triton's
+OutOfResources (shared memory), which is the kernel's own and never rerun. The runner is exercised on real
+pytest-xdist runs of a toy suite whose two tests "run out of memory" only while both run at once (a stand-in for
+a GPU: this machine has none)."""
 
 from __future__ import annotations
 
@@ -23,13 +24,45 @@ def test_real_h100_out_of_memory_failures_are_the_sharing() -> None:
     tests = rec["tests"]
     failed = sorted(i for i, t in tests.items() if t["outcome"] == "failed")
     assert len(failed) == 3
-    assert contention.shared_oom_ids(tests, workers=14) == failed
+    assert contention.sharing_suspects(tests, workers=14) == failed
     # one worker: nothing else held the GPU, so the failure is the test's own
-    assert contention.shared_oom_ids(tests, workers=1) == []
+    assert contention.sharing_suspects(tests, workers=1) == []
     # the runtime's wording (torch.AcceleratorError: CUDA error: out of memory), from the same stage's rerun
     again = rec["rerun1_tests"]
     assert "AcceleratorError" in next(iter(again.values()))["message"]
-    assert contention.shared_oom_ids(again, workers=14) == list(again)
+    assert contention.sharing_suspects(again, workers=14) == list(again)
+
+
+def test_real_h100_failures_after_a_workers_out_of_memory_are_the_sharing() -> None:
+    rec = json.loads((DATA / "contention" / "h100_tvd_candidate_gate_w8.json").read_text())
+    tests = rec["tests"]
+    failed = [i for i, t in tests.items() if t["outcome"] == "failed"]
+    oom = [i for i in failed if contention.PATTERN.search(tests[i]["message"])]
+    unknown = [i for i in failed if i not in oom]
+    assert len(oom) == 122 and len(unknown) == 8
+    assert all("CUDA error: unknown error" in tests[i]["message"] for i in unknown)
+    # every one of the 8 ran on a worker that had run out of memory before it ...
+    for i in unknown:
+        before = list(tests)[:list(tests).index(i)]
+        assert any(tests[j]["worker"] == tests[i]["worker"] and j in oom for j in before)
+    # ... so all 130 are decided alone, where each passed
+    suspects = contention.sharing_suspects(tests, rec["workers"])
+    assert suspects == sorted(failed)
+    assert all(rec["alone"][i]["outcome"] == "passed" for i in oom)
+    # without the workers (an older record), only the out-of-memory failures
+    bare = {i: {k: v for k, v in t.items() if k != "worker"} for i, t in tests.items()}
+    assert contention.sharing_suspects(bare, rec["workers"]) == sorted(oom)
+
+
+def test_a_failure_before_the_workers_out_of_memory_stands() -> None:
+    oom = "torch.OutOfMemoryError: CUDA out of memory"
+    tests = {"w0-wrong": {"outcome": "failed", "worker": "gw0", "message": "assert 2 == 3"},
+             "w0-oom": {"outcome": "failed", "worker": "gw0", "message": oom},
+             "w0-after": {"outcome": "failed", "worker": "gw0", "message": "CUDA error: unknown error"},
+             "w0-passed": {"outcome": "passed", "worker": "gw0", "message": None},
+             "w1-wrong": {"outcome": "failed", "worker": "gw1", "message": "assert 2 == 3"}}
+    assert contention.sharing_suspects(tests, 2) == ["w0-after", "w0-oom"]
+    assert contention.sharing_suspects(tests, 1) == []
 
 
 def test_triton_out_of_resources_is_the_kernels_own() -> None:
@@ -37,7 +70,7 @@ def test_triton_out_of_resources_is_the_kernels_own() -> None:
     tests = {t["nodeid"]: t for t in rec["data"]["run"]["tests"]}
     bad = [i for i, t in tests.items() if t["outcome"] == "failed"]
     assert bad and "OutOfResources" in tests[bad[0]]["message"]
-    assert contention.shared_oom_ids(tests, workers=14) == []
+    assert contention.sharing_suspects(tests, workers=14) == []
 
 
 def test_settle_keeps_what_the_shared_run_saw() -> None:
@@ -113,17 +146,20 @@ def test_a_run_alone_decides_out_of_memory_beside_other_workers(tmp_path: Path) 
                    tag="gate")
     # at least one of the pair ran out beside the other and was decided alone: passed
     settled = contention.settled_ids(run.tests)
-    assert settled and set(settled) <= {LEFT, RIGHT}
-    for i in settled:
+    assert set(settled) & {LEFT, RIGHT} and set(settled) <= {LEFT, RIGHT, WRONG}
+    for i in set(settled) - {WRONG}:
         assert run.tests[i]["outcome"] == "passed"
         assert run.tests[i]["alone"]["outcome"] == "failed" and run.tests[i]["alone"]["workers"] == 2
-    # a wrong result is never rerun: it stands, so the run is not green
-    assert run.tests[WRONG]["outcome"] == "failed" and "alone" not in run.tests[WRONG]
-    assert run.bad_ids == [WRONG] and not run.green
+    # the outcomes file names each test's worker
+    assert all((t.get("alone") or t)["worker"] in ("gw0", "gw1") for t in run.tests.values())
+    # a wrong result fails alone too: it stands, so the run is not green (it ran alone only where its worker
+    # had run out of memory before it)
+    assert run.tests[WRONG]["outcome"] == "failed" and run.bad_ids == [WRONG] and not run.green
+    assert ("alone" in run.tests[WRONG]) == (WRONG in settled)
     assert "decided by a run alone (out of GPU memory beside 1 other worker(s))" in run.summary()
     assert run.alone_log and Path(run.alone_log).name == "gate-alone.pytest.log"
     alone_cmd = Path(run.alone_log).read_text().splitlines()[0]
-    assert " -n " not in alone_cmd and all(i in alone_cmd for i in settled) and WRONG not in alone_cmd
+    assert " -n " not in alone_cmd and all(i in alone_cmd for i in settled)
     data = run.as_data()
     assert data["alone"] == settled and data["counts"]["passed"] == 2
 

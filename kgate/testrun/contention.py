@@ -3,12 +3,18 @@
 Method: a gate run with W > 1 workers runs W test processes on one GPU at once. A test that fails there
 with CUDA's out-of-memory error (``torch.OutOfMemoryError``, "CUDA out of memory", "CUDA error: out of
 memory") may have run out only because the other W - 1 processes held theirs: that failure measured the
-sharing, not the code. ``kgate.testrun.runner.run`` runs exactly those ids once more with one worker, and
-the run alone decides each of them (``settle``): passed alone is passed, and a failure alone (out of
-memory too) is the test's own. Every other failure stands as measured: a wrong result, a crash, a timeout
-or a Triton ``OutOfResources`` (shared memory or registers, a compile-time fact of the kernel and its
-config, the same alone) is never blamed on the sharing. Each settled test keeps what the shared run saw
-(``alone``: its outcome there, the worker count and the end of its message), and the summary counts them.
+sharing, not the code. So may every later failure of the same worker process: after its first
+out-of-memory error a process is no longer a sound place to run CUDA (an H100 gate run of Liger's TVD
+tests at 8 workers had two workers fail test after test once each had run out, 8 of them with "CUDA
+error: unknown error"; each passed alone). ``kgate.testrun.runner.run`` runs exactly those ids once more
+with one worker (``sharing_suspects``), and the run alone decides each of them (``settle``): passed alone
+is passed, and a failure alone (out of memory too) is the test's own. Every other failure stands as
+measured: a failure on a worker before its first out-of-memory error (a wrong result, a crash, a
+timeout), or a Triton ``OutOfResources`` (shared memory or registers, a compile-time fact of the kernel
+and its config, the same alone), is never blamed on the sharing. Which worker ran a test and in what
+order comes from pytest-xdist's reports (``worker`` in the outcomes file); a record without it gets the
+out-of-memory failures alone. Each settled test keeps what the shared run saw
+(``alone``: its outcome there, the worker count, its worker and the end of its message), and the summary counts them.
 
 Adversarial reading: a candidate that raises an out-of-memory error on purpose gains a run alone, which
 then judges it like any serial run; nothing is skipped. Limits: alone means without the other workers of
@@ -28,12 +34,25 @@ PATTERN = re.compile(r"\bOutOfMemoryError\b|CUDA out of memory|CUDA error: out o
 _KEEP = 400
 
 
-def shared_oom_ids(tests: dict[str, dict[str, Any]], workers: int) -> list[str]:
-    """Ids that failed (or errored) with CUDA's out-of-memory error in a run of ``workers`` > 1 processes."""
+def sharing_suspects(tests: dict[str, dict[str, Any]], workers: int) -> list[str]:
+    """Ids a run of ``workers`` > 1 processes cannot decide: each failure (or error) with CUDA's out-of-memory
+    error, and each later failure on the same worker (``tests`` in the order they ended, as the outcomes file
+    keeps them)."""
     if workers <= 1:
         return []
-    return sorted(i for i, t in tests.items()
-                  if t.get("outcome") in ("failed", "error") and PATTERN.search(t.get("message") or ""))
+    tainted: set[str] = set()
+    out = []
+    for i, t in tests.items():
+        if t.get("outcome") not in ("failed", "error"):
+            continue
+        worker = t.get("worker")
+        if PATTERN.search(t.get("message") or ""):
+            out.append(i)
+            if worker:
+                tainted.add(worker)
+        elif worker and worker in tainted:
+            out.append(i)
+    return sorted(out)
 
 
 def settle(tests: dict[str, dict[str, Any]], alone: dict[str, dict[str, Any]], ids: list[str],
@@ -46,6 +65,8 @@ def settle(tests: dict[str, dict[str, Any]], alone: dict[str, dict[str, Any]], i
         shared = tests[i]
         seen = {"workers": workers, "outcome": shared["outcome"],
                 "message_end": (shared.get("message") or "")[-_KEEP:]}
+        if shared.get("worker"):
+            seen["worker"] = shared["worker"]
         if i in alone:
             out[i] = {**alone[i], "alone": seen}
         else:

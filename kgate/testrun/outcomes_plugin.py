@@ -79,6 +79,10 @@ class _Recorder:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         t = self.state["tests"].get(report.nodeid) or self.pending.setdefault(
             report.nodeid, {"nodeid": report.nodeid, "outcome": "passed", "duration_s": 0.0, "message": None})
+        worker = getattr(report, "worker_id", None)
+        if worker and "worker" not in t:
+            # pytest-xdist's worker that ran it (kgate.testrun.contention reads each worker's tests in order)
+            t["worker"] = str(worker)
         t["duration_s"] = round(t["duration_s"] + report.duration, 4)
         if report.when == "call":
             if hasattr(report, "wasxfail"):

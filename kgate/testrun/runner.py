@@ -224,7 +224,7 @@ def run(spec: GateSpec, worktree: Path, out_dir: Path, triton_cache: Path, *, ta
     for p in out_dir.glob(f"{alone_tag}.*"):
         p.unlink()
     first = _run_once(spec, worktree, out_dir, triton_cache, tag=tag, only_ids=only_ids)
-    ids = contention.shared_oom_ids(first.tests, spec.workers)
+    ids = contention.sharing_suspects(first.tests, spec.workers)
     if not ids:
         return first
     if before_alone is not None:
