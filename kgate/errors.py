@@ -31,3 +31,7 @@ class IncompleteData(KgateError):
 
 class FormatVersionError(KgateError):
     """A record carries a schema version this kgate cannot read."""
+
+
+class MissingDependency(KgateError):
+    """The stages' environment lacks a module that the target's tests import and the target does not provide."""

@@ -1,7 +1,9 @@
 """One gate run judged with reruns: pass, deterministic failure (fail) or intermittent failure (inconclusive).
 
 Method: the gate runs once (``tag="run1"``) and the target's imports are
-checked (``runner.check_imports``). Every test id that did not pass is rerun
+checked (``runner.check_imports``), as is every failure that names a module
+the environment lacks (``kgate.testrun.missing_deps``: an error, never a
+verdict). Every test id that did not pass is rerun
 ``reruns`` more times on its own (``only_ids``). ``judge`` turns the first run
 and the rerun outcomes into one gate row: green is ``pass``; a collection
 error, or an id that failed every run, is ``fail``; ids that passed at least
@@ -15,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kgate.records import Gate
-from kgate.testrun import interp_gaps, runner
+from kgate.testrun import interp_gaps, missing_deps, runner
 
 
 def rerun_failures(spec: runner.GateSpec, first: runner.GateRun, wt: Path, out_dir: Path, cache: Path,
@@ -36,6 +38,7 @@ def run_with_reruns(spec: runner.GateSpec, wt: Path, out_dir: Path, cache: Path,
     """The first run (imports checked) and, when it was not green, the reruns of its non-passing ids."""
     first = runner.run(spec, wt, out_dir, cache, tag="run1")
     runner.check_imports(first, wt)
+    missing_deps.check(first, wt)
     history = {} if first.green else rerun_failures(spec, first, wt, out_dir, cache, reruns)
     return first, history
 
