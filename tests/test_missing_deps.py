@@ -26,6 +26,7 @@ def test_a_module_missing_at_collection_is_an_error_naming_it_the_file_and_the_l
         go()
     text = str(err.value)
     assert "lacks module 'kgate_absent_dep_x'" in text and "tests/test_a.py" in text
+    assert "is installed" not in text
     log = Path(text.rsplit("log: ", 1)[1])
     assert log.is_file() and "kgate_absent_dep_x" in log.read_text()
 
@@ -55,5 +56,14 @@ def test_a_subpackage_named_like_the_missing_module_does_not_provide_it(tmp_path
                               "tests/kgate_absent_dep_w/test_a.py": "import kgate_absent_dep_w.models\n"
                                                                     "def test_1():\n    pass\n"})
     assert not missing_deps.provides(root, "kgate_absent_dep_w") and missing_deps.provides(root, "toy")
-    with pytest.raises(MissingDependency, match="lacks module 'kgate_absent_dep_w'"):
+    with pytest.raises(MissingDependency, match="lacks module 'kgate_absent_dep_w'[^.]"):
+        go()
+
+
+def test_a_submodule_an_installed_package_lacks_names_the_version(tmp_path: Path) -> None:
+    """A test importing a submodule that this version of an installed package does not have (pytest here; a
+    Triton module of another release, in life): the environment's, and the message says the version lacks it."""
+    _, go = run(tmp_path, {**TOY, "tests/test_a.py": "import pytest.kgate_absent_sub\ndef test_1():\n    pass\n"})
+    with pytest.raises(MissingDependency, match=r"lacks module 'pytest.kgate_absent_sub' \(package 'pytest' is "
+                                                r"installed: its version lacks the module\)"):
         go()

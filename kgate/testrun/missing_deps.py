@@ -7,7 +7,8 @@ name (a folder ``<top>``, a file ``<top>.py`` or ``<top>.*.so`` in a folder with
 module belongs to the
 environment: the target's tests need a dependency that the stages' interpreter lacks (Liger-Kernel's tests
 import transformers, for one), and the run measured the environment, not the code. That is an infrastructure
-error naming the module, the first test file that imports it and the run's log (``MissingDependency``),
+error naming the module (and, for a submodule of an installed package, that its version lacks it), the
+first test file that imports it and the run's log (``MissingDependency``),
 raised before any rerun; the baseline and BENCH_BASE are never called NO-GO for it.
 
 Limits: only these two stages, which test the baseline's and BENCH_BASE's code; a candidate that imports a
@@ -19,6 +20,7 @@ version mismatch and a broken baseline look alike there, and it stays a failure.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from pathlib import Path
 
@@ -44,7 +46,8 @@ def provides(worktree: Path, top: str) -> bool:
 
 
 def absent(run_: GateRun, worktree: Path) -> dict[str, list[str]]:
-    """{top-level module the environment lacks and the worktree does not provide: ids whose failure names it}."""
+    """{module the environment lacks, as the error names it, whose top-level package the worktree does not
+    provide: the ids whose failure names it}."""
     failures = [(e["nodeid"], e.get("message") or "") for e in run_.collect_errors]
     failures += [(i, t.get("message") or "") for i, t in run_.tests.items() if t.get("outcome") in ("failed", "error")]
     out: dict[str, list[str]] = {}
@@ -55,9 +58,9 @@ def absent(run_: GateRun, worktree: Path) -> dict[str, list[str]]:
             if top not in own:
                 own[top] = provides(worktree, top)
             if not own[top]:
-                out.setdefault(top, [])
-                if nodeid not in out[top]:
-                    out[top].append(nodeid)
+                out.setdefault(name, [])
+                if nodeid not in out[name]:
+                    out[name].append(nodeid)
     return out
 
 
@@ -66,10 +69,14 @@ def check(run_: GateRun, worktree: Path) -> None:
     missing = absent(run_, worktree)
     if not missing:
         return
-    top, ids = next(iter(missing.items()))
-    rest = sorted(m for m in missing if m != top)
+    name, ids = next(iter(missing.items()))
+    top = name.split(".")[0]
+    # a submodule of an installed package: another version of it may have the module
+    version = (f" (package '{top}' is installed: its version lacks the module)"
+               if top != name and importlib.util.find_spec(top) is not None else "")
+    rest = sorted(m for m in missing if m != name)
     others = f"; also missing: {', '.join(rest)}" if rest else ""
     raise MissingDependency(
-        f"the stages' python lacks module '{top}', which the target's tests import ({ids[0]}"
+        f"the stages' python lacks module '{name}'{version}, which the target's tests import ({ids[0]}"
         f"{f' and {len(ids) - 1} more' if len(ids) > 1 else ''}) and the target does not provide{others}: "
         f"install the target's test dependencies where the stages run (the first python on PATH); log: {run_.log}")
