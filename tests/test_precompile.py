@@ -65,11 +65,13 @@ def test_compile_only_counts_launches_and_runs_nothing(tmp_path: Path) -> None:
 ROWS = [{"name": "small", "N": 4, "D": 8}, {"name": "wide", "N": 2, "D": 96}]
 
 
-def _start(tmp_path: Path, items: list[precompile.Item], **env: str) -> precompile.Precompile:
+def _start(tmp_path: Path, items: list[precompile.Item], *, share: int = 2, budget_bytes: int | None = None,
+           **env: str) -> precompile.Precompile:
+    tmp_path.mkdir(parents=True, exist_ok=True)
     wt, inputs = toy_worktree(tmp_path)
     cache = tmp_path / "cache"
     return precompile.start(wt, cache, toy_env(wt, cache, **env), tmp_path / "worker-precompile.log",
-                            toy_init(inputs), items, deadline_s=120)
+                            toy_init(inputs), items, deadline_s=120, share=share, budget_bytes=budget_bytes)
 
 
 def test_every_row_and_mode_is_compiled_once(tmp_path: Path) -> None:
@@ -127,3 +129,39 @@ def test_the_rows_are_those_later_stages_time_in_their_modes() -> None:
     titems = precompile.items_for(tspec, row_table(tspec.explicit_rows), tvd.data["ncu"]["rows"], None)
     # a forward-only bar: every stage calls the forward
     assert {i.modes for i in titems} == {("fwd",)} and len(titems) == 4
+
+
+def test_a_row_over_its_share_of_gpu_memory_is_skipped_before_or_after_its_inputs_are_made(tmp_path: Path) -> None:
+    """The budget is given here (this machine has no GPU memory to divide): ``wide``'s profiled sizes are over
+    it before anything is made; ``small``, unprofiled, is made, found over a 1-byte budget and released."""
+    wide = precompile.Item(ROWS[1], ("fwd",), input_bytes=6 << 30, peak_bytes=3 << 30)
+    assert wide.need_bytes() == 9 << 30 and wide.need_bytes(inputs=100) == 100 + (3 << 30)
+    assert precompile.Item(ROWS[0], ("fwd",)).need_bytes() is None
+    assert precompile.Item(ROWS[0], ("fwd",)).need_bytes(inputs=100) == 200, "unprofiled: the inputs again"
+    pre = _start(tmp_path, [wide, precompile.Item(ROWS[0], ("fwd",))], budget_bytes=8 << 30)
+    assert pre.thread is not None
+    pre.thread.join(timeout=120)
+    rec = pre.stop()
+    assert rec["ended"] == "done" and rec["budget_bytes"] == 8 << 30
+    assert rec["skipped"] == [{"row": "wide", "need_bytes": 9 << 30, "budget_bytes": 8 << 30,
+                               "why": "profiled sizes"}]
+    assert [c["row"] for c in rec["calls"]] == ["small"]
+
+    tiny = _start(tmp_path / "tiny", [precompile.Item(ROWS[0], ("fwd",))], budget_bytes=1)
+    assert tiny.thread is not None
+    tiny.thread.join(timeout=120)
+    rec = tiny.stop()
+    (skip,) = rec["skipped"]
+    assert rec["ended"] == "done" and rec["calls"] == []
+    # the toy row's inputs as the worker made them: N x D float32 values and more, counted by their storages
+    assert skip["row"] == "small" and skip["why"] == "inputs as made" and skip["need_bytes"] >= 2 * 4 * 8 * 4
+
+
+def test_without_a_budget_the_share_of_the_devices_memory_is_the_budget(tmp_path: Path) -> None:
+    """On CPU the worker reports no device memory: no budget, every row compiled, and the share recorded."""
+    pre = _start(tmp_path, [precompile.Item(ROWS[0], ("fwd",), input_bytes=1 << 40, peak_bytes=0)], share=9)
+    assert pre.thread is not None
+    pre.thread.join(timeout=120)
+    rec = pre.stop()
+    assert rec["budget_bytes"] is None and rec["share"] == 9 and rec["skipped"] == []
+    assert [c["row"] for c in rec["calls"]] == ["small"]

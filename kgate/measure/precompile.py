@@ -9,6 +9,16 @@ nothing; every autotuner compiles the configs its pruning keeps and picks none. 
 then find the compiled variants on disk and still tune on an idle GPU, so no pick is made beside a gate run.
 Rows go one at a time in the campaign's order, each released before the next.
 
+GPU memory: the worker shares the GPU with the gate's W test processes, and a test that runs out of memory
+beside it is rerun alone (``kgate.testrun.contention``), which costs the time this worker should save. So a
+row is compiled here only when what it holds fits one (W + 1)-th of the device's memory: its inputs plus
+its call's peak beyond them, from profile_baseline's record (``input_bytes``, ``peak_bytes``) before the
+inputs are made, and from the inputs as made (with the profiled peak, or the inputs' size again for a row
+that was not profiled) before anything is compiled. A row over that budget is released and listed under
+``skipped`` with both figures; its own stage compiles it later. The budget is a rule of thumb, not a
+guarantee: the tests' own needs are unknown, and a candidate's host code may allocate otherwise than the
+baseline's did.
+
 The work is opportunistic and decides nothing. :meth:`Precompile.stop` ends it when the gate's first run
 ends: before any test runs alone (``kgate.testrun.contention``) and before anything else of the stage uses
 the GPU; what was compiled stays in the cache. Its record (``data.precompile`` of candidate_gate) lists, by
@@ -40,13 +50,26 @@ class Item:
 
     row: dict[str, Any]
     modes: tuple[str, ...]
+    #: the row's inputs and its call's peak beyond them, as profile_baseline measured them (None: not profiled)
+    input_bytes: int | None = None
+    peak_bytes: int | None = None
+
+    def need_bytes(self, inputs: int | None = None) -> int | None:
+        """GPU bytes the row holds while compiled: its inputs (``inputs`` as just made, else as profiled) and the
+        call's peak beyond them (as profiled; unprofiled, taken equal to the inputs: outputs and gradients the
+        size of the inputs). None when neither size is known."""
+        size = inputs if inputs is not None else self.input_bytes
+        if size is None:
+            return None
+        return size + (self.peak_bytes if self.peak_bytes is not None else size)
 
 
-def items_for(spec: MeasureSpec, table: dict[str, Row], ncu_rows: list[str] | None, ncu_mode: str | None
-              ) -> list[Item]:
+def items_for(spec: MeasureSpec, table: dict[str, Row], ncu_rows: list[str] | None, ncu_mode: str | None,
+              sizes: dict[str, tuple[int | None, int | None]] | None = None) -> list[Item]:
     """The rows later stages time and the modes they call them in, in the order they come: profile's rows
     (the profiled call), bench's gated rows (the gated mode) and controls (the control mode), ncu's rows (its
-    profiled call). A row two stages share is made once, with every mode either calls."""
+    profiled call). A row two stages share is made once, with every mode either calls. ``sizes``: {row:
+    (input bytes, peak bytes)} from profile_baseline's record."""
     modes: dict[str, list[str]] = {}
     rows: dict[str, Row] = {}
     plan = [(spec.profile_rows(table), spec.profile_mode), (spec.gated_rows(table), spec.gated_mode),
@@ -57,7 +80,9 @@ def items_for(spec: MeasureSpec, table: dict[str, Row], ncu_rows: list[str] | No
             rows.setdefault(r.name, r)
             if mode not in modes.setdefault(r.name, []):
                 modes[r.name].append(mode)
-    return [Item(row=dict(rows[n].values), modes=tuple(m)) for n, m in modes.items()]
+    sizes = sizes or {}
+    return [Item(row=dict(rows[n].values), modes=tuple(m), input_bytes=sizes.get(n, (None, None))[0],
+                 peak_bytes=sizes.get(n, (None, None))[1]) for n, m in modes.items()]
 
 
 @dataclass
@@ -66,6 +91,10 @@ class Precompile:
 
     arm: Arm
     items: tuple[Item, ...]
+    #: the gate's test processes plus this worker: the GPU's memory is shared by that many processes
+    share: int = 2
+    #: the most GPU bytes a row may hold here; None: the device's total memory / ``share`` (no limit on CPU)
+    budget_bytes: int | None = None
     thread: threading.Thread | None = None
     record: dict[str, Any] = field(default_factory=dict)
     _stopping: threading.Event = field(default_factory=threading.Event)
@@ -76,11 +105,26 @@ class Precompile:
         try:
             info = self.arm.request("init", **init)
             rec["worker"] = {"pid": info.get("pid"), "module_file": info.get("module_file")}
+            total = (info.get("device") or {}).get("total_bytes")
+            budget = self.budget_bytes if self.budget_bytes is not None else (
+                total // self.share if total else None)
+            rec.update(budget_bytes=budget, share=self.share)
             for item in self.items:
                 if self._stopping.is_set():
                     break
                 name = item.row["name"]
-                self.arm.request("prepare", rows=[item.row])
+                need = item.need_bytes()
+                if budget is not None and need is not None and need > budget:
+                    rec["skipped"].append({"row": name, "need_bytes": need, "budget_bytes": budget,
+                                           "why": "profiled sizes"})
+                    continue
+                made = self.arm.request("prepare", rows=[item.row])[name]
+                need = item.need_bytes(made.get("bytes"))
+                if budget is not None and need is not None and need > budget:
+                    self.arm.request("release", rows=[name])
+                    rec["skipped"].append({"row": name, "need_bytes": need, "budget_bytes": budget,
+                                           "why": "inputs as made"})
+                    continue
                 for mode in item.modes:
                     rec["calls"].append(self.arm.request("compile", row=name, mode=mode))
                 self.arm.request("release", rows=[name])
@@ -112,13 +156,15 @@ class Precompile:
 
 
 def start(worktree: Path, cache: Path, env: dict[str, str], log: Path, init: dict[str, Any],
-          items: list[Item], deadline_s: float) -> Precompile:
+          items: list[Item], deadline_s: float, *, share: int = 2, budget_bytes: int | None = None) -> Precompile:
     """Start the candidate's compile-only worker in ``worktree`` (``env``: the measurement workers' own) and
-    compile ``items`` in a background thread; the caller must :meth:`Precompile.stop` it."""
+    compile ``items`` in a background thread; the caller must :meth:`Precompile.stop` it. ``share``: the gate's
+    test processes plus one; ``budget_bytes`` overrides the per-row budget (module doc)."""
     arm = Arm("precompile", worktree, cache, env, log, Deadline(deadline_s),
               command=[sys.executable, "-m", "kgate.measure.worker", "--arm", "cand", "--compile-only"])
-    pre = Precompile(arm=arm, items=tuple(items),
-                     record={"ran": True, "rows": [i.row["name"] for i in items], "calls": [], "log": str(log)})
+    pre = Precompile(arm=arm, items=tuple(items), share=share, budget_bytes=budget_bytes,
+                     record={"ran": True, "rows": [i.row["name"] for i in items], "calls": [], "skipped": [],
+                             "log": str(log)})
     pre.thread = threading.Thread(target=pre._work, args=(init,), daemon=True)
     pre.thread.start()
     return pre

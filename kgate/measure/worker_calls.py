@@ -57,7 +57,9 @@ class Calls:
             if s.writes_inputs:
                 rs.pristine = {k: t.detach().clone() for k, t in rs.tensors.items()}
             s.rows[name] = rs
-            out[name] = {"seed": seed, "tensors": hashes, "sha256": combined(hashes)}
+            # bytes of the row's distinct tensor storages (views of one storage count once)
+            storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in rs.tensors.values()}
+            out[name] = {"seed": seed, "tensors": hashes, "sha256": combined(hashes), "bytes": sum(storages.values())}
         self._sync()
         return out
 

@@ -231,11 +231,14 @@ def start_precompile(ctx: Context, wt: Path) -> tuple[precompile.Precompile | No
         return None, f"no row table: {pb_path} does not exist"
     ncu = c.data.get("ncu") or {}
     try:
-        items = precompile.items_for(spec, measure_rows.table_from_record(read_record(pb_path)), ncu.get("rows"),
-                                     ncu.get("mode"))
+        pb = read_record(pb_path)
+        sizes = {r["row"]: (r.get("input_bytes"), r.get("peak_bytes")) for r in pb["data"].get("rows", [])}
+        items = precompile.items_for(spec, measure_rows.table_from_record(pb), ncu.get("rows"), ncu.get("mode"),
+                                     sizes)
         env = worker_env(ctx, wt, ctx.triton_cache)
         return precompile.start(wt, ctx.triton_cache, env, ctx.out_dir / "worker-precompile.log",
-                                spec.worker_init(), items, ctx.deadline_s(GATE_RUN_SHARE)), None
+                                spec.worker_init(), items, ctx.deadline_s(GATE_RUN_SHARE),
+                                share=ctx.workers + 1), None
     except (KgateError, OSError) as exc:
         # it decides nothing: a precompile that cannot start is recorded, and the gate runs as ever
         return None, f"could not start: {type(exc).__name__}: {exc}"

@@ -145,7 +145,8 @@ def analyse(spec: MeasureSpec, row: Row, m: dict[str, Any], launch_us: float, by
     return {
         "row": row.name, "kind": row.kind, "class": row.klass(spec.class_key) if spec.class_key else None,
         "dispatch": spec.row_class(row), "values": row.values,
-        "inputs_sha256": m["inputs"]["sha256"], "endpoint": endpoint.as_dict(), "endpoint_ms": endpoint.median_ms,
+        "inputs_sha256": m["inputs"]["sha256"], "input_bytes": m["inputs"].get("bytes"),
+        "endpoint": endpoint.as_dict(), "endpoint_ms": endpoint.median_ms,
         "kernel_sum_ms": kernel_sum_ms, "kernels": kernel_table(kernels, it, spec),
         "census": sorted(kernels), "flush_kernels": m["profile"]["flush_kernels"], "timer": m["profile"]["timer"],
         "removed": {"launches_per_call": removed_n, "device_us_per_call": removed_us,
