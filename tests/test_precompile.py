@@ -165,3 +165,17 @@ def test_without_a_budget_the_share_of_the_devices_memory_is_the_budget(tmp_path
     rec = pre.stop()
     assert rec["budget_bytes"] is None and rec["share"] == 9 and rec["skipped"] == []
     assert [c["row"] for c in rec["calls"]] == ["small"]
+
+
+def test_a_rows_bytes_count_each_storage_once() -> None:
+    """What a row holds: views share their storage; a sparse tensor counts as its dense size."""
+    import torch
+
+    from kgate.measure.tensors import storage_bytes
+
+    x = torch.zeros(64, 32)
+    assert storage_bytes(torch, [x, x[1:], x.t(), x.view(-1)]) == 64 * 32 * 4
+    y = torch.zeros(10, dtype=torch.float16)
+    assert storage_bytes(torch, [x, y]) == 64 * 32 * 4 + 20
+    sp = torch.eye(5).to_sparse()
+    assert storage_bytes(torch, [sp]) == sp.element_size() * sp.numel()

@@ -54,6 +54,20 @@ def combined(hashes: dict[str, str]) -> str:
     return hashlib.sha256(json.dumps(hashes, sort_keys=True).encode()).hexdigest()
 
 
+def storage_bytes(torch: Any, tensors: Any) -> int:
+    """Bytes the tensors hold: each distinct storage of a strided tensor once (views share theirs), any other
+    layout (sparse, nested) as its dense size (element size x numel), an upper bound."""
+    seen: dict[int, int] = {}
+    other = 0
+    for t in tensors:
+        if t.layout == torch.strided:
+            st = t.untyped_storage()
+            seen[st.data_ptr()] = st.nbytes()
+        else:
+            other += t.element_size() * t.numel()
+    return sum(seen.values()) + other
+
+
 def tensors_of(torch: Any, obj: Any, prefix: str, out: dict[str, Any]) -> dict[str, Any]:
     """Every tensor of a nested structure under its path name (``args[0]``, ``kwargs.x``)."""
     out.update((name, leaf) for name, leaf in leaves(torch, obj, prefix) if isinstance(leaf, torch.Tensor))

@@ -20,7 +20,7 @@ import time
 from typing import Any
 
 from kgate.measure import census
-from kgate.measure.tensors import combined, fingerprint, hash_tree, leaves_of, row_seed, tensor_sha, tensors_of
+from kgate.measure.tensors import combined, fingerprint, hash_tree, leaves_of, row_seed, storage_bytes, tensor_sha, tensors_of
 from kgate.measure.worker_numerics import around_call
 from kgate.measure.worker_state import ArmTargetError, RowState, State
 
@@ -57,9 +57,8 @@ class Calls:
             if s.writes_inputs:
                 rs.pristine = {k: t.detach().clone() for k, t in rs.tensors.items()}
             s.rows[name] = rs
-            # bytes of the row's distinct tensor storages (views of one storage count once)
-            storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in rs.tensors.values()}
-            out[name] = {"seed": seed, "tensors": hashes, "sha256": combined(hashes), "bytes": sum(storages.values())}
+            out[name] = {"seed": seed, "tensors": hashes, "sha256": combined(hashes),
+                         "bytes": storage_bytes(torch, rs.tensors.values())}
         self._sync()
         return out
 
