@@ -520,3 +520,15 @@ def test_a_targets_addopts_for_a_missing_plugin_are_dropped_from_the_gate_and_sa
     assert any(d.startswith("gate.select.cpu null: all 6 collected") for d in decided), decided
     written = yaml.safe_load((tmp_path / "out" / "config" / "campaigns" / "toy-addopts.yaml").read_text())
     assert written["gate"]["pytest_args"][-2:] == ["-o", "addopts="]
+
+
+def test_a_gate_file_importing_a_module_the_environment_lacks_is_named_in_the_todo(tmp_path: Path) -> None:
+    """Liger-Kernel's convergence tests import `datasets`: init's collection names the missing module and how
+    many of the gate's files import it, not only "collection errors"."""
+    toy = toy_target(tmp_path, extra={"tests/test_needs_lib.py": (
+        "import kgate_absent_lib_q\nfrom toyops import scale\n\n\ndef test_uses_lib():\n    assert scale\n")})
+    proc = run_init(toy, tmp_path / "out", "toy-lib")
+    assert proc.returncode == 0, proc.stderr
+    todo = [t for t in lines(proc, "TODO") if t.startswith("gate.select.cpu")]
+    assert len(todo) == 1 and "1 collection error(s), first in tests/test_needs_lib.py: this environment lacks " \
+        "module(s) kgate_absent_lib_q, imported by 1 test file(s)" in todo[0], todo

@@ -41,7 +41,7 @@ from kgate import device, paths
 from kgate.errors import KgateError
 from kgate.init import split
 from kgate.init.pyindex import PyIndex
-from kgate.testrun import runner
+from kgate.testrun import missing_deps, runner
 
 #: test ids at most that run whole on CPU under the interpreter without a -k selection
 CPU_ALL_MAX = 24
@@ -179,8 +179,15 @@ def collect(worktree: Path, out_dir: Path, tests: tuple[str, ...], pytest_args: 
     if run.collect_errors:
         first = run.collect_errors[0]
         where = first.get("nodeid", first) if isinstance(first, dict) else first
-        return Collected(tuple(run.collected), f"{len(run.collect_errors)} collection error(s), first in {where} "
-                                               f"(see {run.log})")
+        missing = missing_deps.absent(run, worktree)
+        lacks = ""
+        if missing:
+            files = sorted({i for ids in missing.values() for i in ids})
+            lacks = (f": this environment lacks module(s) {', '.join(sorted(missing))}, imported by {len(files)} "
+                     f"test file(s) (install the target's test dependencies, or leave those files out of "
+                     f"gate.tests)")
+        return Collected(tuple(run.collected), f"{len(run.collect_errors)} collection error(s), first in {where}"
+                                               f"{lacks} (see {run.log})")
     if run.exit_code not in (0, 5):
         return Collected(tuple(run.collected), f"pytest exited {run.exit_code} (see {run.log})",
                          _usage_error(Path(run.log)) if run.log else None)
