@@ -126,8 +126,8 @@ class GateRun:
         alone = contention.settled_ids(self.tests)
         if alone:
             workers = self.tests[alone[0]]["alone"]["workers"]
-            parts.append(f"{len(alone)} of them decided by a run alone (out of GPU memory beside {workers - 1} "
-                         f"other worker(s))")
+            parts.append(f"{len(alone)} of them decided by a run alone (out of GPU memory, or on a worker that had "
+                         f"run out, beside {workers - 1} other worker(s))")
         if self.carried:
             parts.append(f"{len(self.carried)} of them carried over from an interrupted attempt of the same commit")
         if self.timed_out:
