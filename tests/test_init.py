@@ -532,3 +532,17 @@ def test_a_gate_file_importing_a_module_the_environment_lacks_is_named_in_the_to
     todo = [t for t in lines(proc, "TODO") if t.startswith("gate.select.cpu")]
     assert len(todo) == 1 and "1 collection error(s), first in tests/test_needs_lib.py: this environment lacks " \
         "module(s) kgate_absent_lib_q, imported by 1 test file(s)" in todo[0], todo
+
+
+def test_the_covering_tests_say_which_import_a_changed_file_directly(tmp_path: Path) -> None:
+    """A test of a layer reaches the changed kernel through the layer's module: it covers the change, and the
+    account says which tests import a changed file themselves (an op's own tests), for a narrower --gate."""
+    toy = toy_target(tmp_path, extra={
+        "toyops/layer.py": "from toyops.scale import scale\n\n\ndef layer(x):\n    return scale(x, 2.0)\n",
+        "tests/test_layer.py": "from toyops.layer import layer\n\n\ndef test_layer():\n    assert layer\n"})
+    proc = run_init(toy, tmp_path / "out", "toy-layer")
+    assert proc.returncode == 0, proc.stderr
+    gate = [d for d in lines(proc, "decided") if d.startswith("gate.tests")]
+    assert len(gate) == 1 and ("(2 covering file(s): the tests whose imports reach the changed files; 1 of them "
+                               "imports one directly (tests/test_scale.py), the other 1 through other modules: "
+                               "--gate narrows the gate)") in gate[0], gate

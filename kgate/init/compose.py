@@ -240,7 +240,14 @@ def _covering(index: PyIndex, base_files: frozenset[str], sources: list[str], he
             return kept, f"the target's dependent-test helper {helper}"
         except KgateError as exc:
             acc.add("warning", f"{exc}; the gate comes from the tests' imports instead")
-    return gate_mod.static_covering(index, base_files, sources), "the tests whose imports reach the changed files"
+    covering = gate_mod.static_covering(index, base_files, sources)
+    direct = [t for t in covering if index.steps(t, set(sources)) == 1]
+    how = "the tests whose imports reach the changed files"
+    if direct and len(direct) < len(covering):
+        verb = "imports" if len(direct) == 1 else "import"
+        how += (f"; {len(direct)} of them {verb} one directly ({_few(direct)}), the other "
+                f"{len(covering) - len(direct)} through other modules: --gate narrows the gate")
+    return covering, how
 
 
 def _route_contract(opts: Options, change: Change, contract: dict[str, str], sources: list[str],

@@ -149,16 +149,21 @@ class PyIndex:
         self._deps[key] = frozenset(out)
         return self._deps[key]
 
-    def reaches(self, path: str, targets: set[str], depth: int = DEPTH) -> bool:
-        """Whether one of ``targets`` is reachable from ``path``'s imports in at most ``depth`` steps."""
+    def steps(self, path: str, targets: set[str], depth: int = DEPTH) -> int | None:
+        """The fewest import steps from ``path`` to one of ``targets`` (1: one of its own imports resolves to
+        it; each further step follows what those files import), None beyond ``depth`` steps past its own."""
         seen: set[str] = set()
         frontier = set(self.deps(path))
-        for _ in range(depth):
+        for n in range(1, depth + 2):
             if frontier & targets:
-                return True
+                return n
             seen |= frontier
             frontier = {d for f in frontier for d in self.deps(f)} - seen
-        return bool(frontier & targets)
+        return None
+
+    def reaches(self, path: str, targets: set[str], depth: int = DEPTH) -> bool:
+        """Whether one of ``targets`` is reachable from ``path``'s imports in at most ``depth`` steps past them."""
+        return self.steps(path, targets, depth) is not None
 
     def conftests(self, path: str) -> list[str]:
         """Every ``conftest.py`` pytest loads for a test file: in its folder and each folder above."""
