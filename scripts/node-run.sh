@@ -56,9 +56,6 @@ while [[ $# -gt 0 ]]; do
 done
 mkdir -p "$STATE"
 
-# the modules every stage job imports (kgate's stack; torch and triton are the node's)
-STACK="torch, triton, snakemake, jsonschema, yaml, jinja2, scipy, pytest, xdist, pytest_timeout, kgate"
-
 setup() {
   local py3 py real3 realpy
   py3=$(command -v python3) || { echo "node-run.sh: no python3 on PATH" >&2; exit 1; }
@@ -75,27 +72,38 @@ setup() {
     "$py3" -m pip install -q --no-deps --no-build-isolation -e .
     echo "setup: installed kgate from $(pwd) into $py3"
   fi
-  # the interpreter python3 runs as (sys.executable, the path it was started by) and the one `python` runs as
-  real3=$(timeout 60 "$py3" -c "import sys; print(sys.prefix, sys.executable)")
+  # the environment (sys.prefix) python3 runs in, and the one `python` runs in
+  real3=$(timeout 60 "$py3" -c "import sys; print(sys.prefix)")
   py=$(command -v python || true)
-  realpy=$([[ -n "$py" ]] && timeout 60 "$py" -c "import sys; print(sys.prefix, sys.executable)" 2>/dev/null || true)
+  realpy=$([[ -n "$py" ]] && timeout 60 "$py" -c "import sys; print(sys.prefix)" 2>/dev/null || true)
   rm -f "$STATE/bin/python"
-  if [[ -z "$py" || "${realpy%% *}" != "${real3%% *}" ]]; then
+  if [[ -z "$py" || "$realpy" != "$real3" ]]; then
     mkdir -p "$STATE/bin"
     printf '#!/bin/sh\nexec %s "$@"\n' "$py3" > "$STATE/bin/python"
     chmod +x "$STATE/bin/python"
-    echo "setup: 'python' on PATH (${py:-none}) runs in ${realpy%% *}, python3 in ${real3%% *};" \
+    echo "setup: 'python' on PATH (${py:-none}) runs in $realpy, python3 in $real3;" \
       "wrote $STATE/bin/python -> $py3"
     echo "setup: export PATH=$STATE/bin:\$PATH (launch does this itself)"
     py=$STATE/bin/python
   fi
+  # what the stage jobs import, from kgate's own lists: every stage module (kgate.protocol.STAGES, the preflight
+  # and the report) and the test-run plugins (kgate.site.node.STAGE_MODULES); first the node's torch and Triton,
+  # the launcher and kgate itself
   local probe
   probe="import importlib, sys
-for m in [x.strip() for x in '''$STACK'''.split(',')]:
+
+def need(m):
     try:
         importlib.import_module(m)
     except Exception as exc:
         sys.exit(f'setup: {sys.executable} cannot import {m}: {type(exc).__name__}: {exc}')
+
+for m in ('torch', 'triton', 'snakemake', 'kgate.protocol', 'kgate.site.node'):
+    need(m)
+from kgate.protocol import STAGES
+from kgate.site.node import STAGE_MODULES
+for m in (*(f'kgate.stages.{s}' for s in (*STAGES, 'doctor', 'report')), *STAGE_MODULES):
+    need(m)
 import torch, triton
 print('setup: python is', sys.executable, '| torch', torch.__version__, '| triton', triton.__version__,
       '| GPU', torch.cuda.get_device_name() if torch.cuda.is_available() else 'none')"

@@ -240,8 +240,9 @@ def _covering(index: PyIndex, base_files: frozenset[str], sources: list[str], he
             return kept, f"the target's dependent-test helper {helper}"
         except KgateError as exc:
             acc.add("warning", f"{exc}; the gate comes from the tests' imports instead")
-    covering = gate_mod.static_covering(index, base_files, sources)
-    direct = [t for t in covering if index.steps(t, set(sources)) == 1]
+    steps = gate_mod.covering_steps(index, base_files, sources)
+    covering = list(steps)
+    direct = [t for t, n in steps.items() if n == 1]
     how = "the tests whose imports reach the changed files"
     if direct and len(direct) < len(covering):
         verb = "imports" if len(direct) == 1 else "import"

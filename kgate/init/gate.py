@@ -139,10 +139,17 @@ def compose(index: PyIndex, base_files: frozenset[str], sources: list[str], cove
                 references=references)
 
 
+def covering_steps(index: PyIndex, base_files: frozenset[str], sources: list[str]) -> dict[str, int]:
+    """Test files of the base whose imports reach a changed source file, each with its fewest import steps
+    (``PyIndex.steps``; 1: it imports a changed file itself), sorted by path."""
+    targets = set(sources)
+    steps = {t: index.steps(t, targets) for t in index.files if t in base_files and split.kind_of(t) == "test"}
+    return {t: n for t, n in sorted(steps.items()) if n is not None}
+
+
 def static_covering(index: PyIndex, base_files: frozenset[str], sources: list[str]) -> list[str]:
     """Test files of the base whose imports reach a changed source file."""
-    targets = set(sources)
-    return sorted(t for t in index.files if t in base_files and split.kind_of(t) == "test" and index.reaches(t, targets))
+    return list(covering_steps(index, base_files, sources))
 
 
 @dataclass(frozen=True, slots=True)

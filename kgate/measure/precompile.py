@@ -81,8 +81,7 @@ def items_for(spec: MeasureSpec, table: dict[str, Row], ncu_rows: list[str] | No
             if mode not in modes.setdefault(r.name, []):
                 modes[r.name].append(mode)
     sizes = sizes or {}
-    return [Item(row=dict(rows[n].values), modes=tuple(m), input_bytes=sizes.get(n, (None, None))[0],
-                 peak_bytes=sizes.get(n, (None, None))[1]) for n, m in modes.items()]
+    return [Item(dict(rows[n].values), tuple(m), *sizes.get(n, (None, None))) for n, m in modes.items()]
 
 
 @dataclass
@@ -109,21 +108,22 @@ class Precompile:
             budget = self.budget_bytes if self.budget_bytes is not None else (
                 total // self.share if total else None)
             rec.update(budget_bytes=budget, share=self.share)
+
+            def over(name: str, need: int | None, why: str) -> bool:
+                if budget is None or need is None or need <= budget:
+                    return False
+                rec["skipped"].append({"row": name, "need_bytes": need, "budget_bytes": budget, "why": why})
+                return True
+
             for item in self.items:
                 if self._stopping.is_set():
                     break
                 name = item.row["name"]
-                need = item.need_bytes()
-                if budget is not None and need is not None and need > budget:
-                    rec["skipped"].append({"row": name, "need_bytes": need, "budget_bytes": budget,
-                                           "why": "profiled sizes"})
+                if over(name, item.need_bytes(), "profiled sizes"):
                     continue
                 made = self.arm.request("prepare", rows=[item.row])[name]
-                need = item.need_bytes(made.get("bytes"))
-                if budget is not None and need is not None and need > budget:
+                if over(name, item.need_bytes(made.get("bytes")), "inputs as made"):
                     self.arm.request("release", rows=[name])
-                    rec["skipped"].append({"row": name, "need_bytes": need, "budget_bytes": budget,
-                                           "why": "inputs as made"})
                     continue
                 for mode in item.modes:
                     rec["calls"].append(self.arm.request("compile", row=name, mode=mode))

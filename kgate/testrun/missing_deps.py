@@ -2,14 +2,13 @@
 
 Method: in the first run of baseline_tests and fixture_freeze (``kgate.testrun.judge.run_with_reruns``), each
 collection error and each failed test whose message holds Python's ``ModuleNotFoundError: No module named
-'<name>'`` is read for the module's top-level name. When the worktree provides no top-level module of that
-name (a folder ``<top>``, a file ``<top>.py`` or ``<top>.*.so`` in a folder without ``__init__.py``), the
-module belongs to the
-environment: the target's tests need a dependency that the stages' interpreter lacks (Liger-Kernel's tests
-import transformers, for one), and the run measured the environment, not the code. That is an infrastructure
-error naming the module (and, for a submodule of an installed package, that its version lacks it), the
-first test file that imports it and the run's log (``MissingDependency``),
-raised before any rerun; the baseline and BENCH_BASE are never called NO-GO for it.
+'<name>'`` is read for the module's top-level name. When the worktree provides no top-level module of that name
+(a folder ``<top>``, a file ``<top>.py`` or ``<top>.*.so`` in a folder without ``__init__.py``), the module
+belongs to the environment: the target's tests need a dependency that the stages' interpreter lacks
+(Liger-Kernel's tests import transformers, for one), and the run measured the environment, not the code. That is
+an infrastructure error naming the module (and, for a submodule of an installed package, that its version lacks
+it), the first test file that imports it and the run's log (``MissingDependency``), raised before any rerun; the
+baseline and BENCH_BASE are never called NO-GO for it.
 
 Limits: only these two stages, which test the baseline's and BENCH_BASE's code; a candidate that imports a
 module nobody installed breaks its own gate and stays NO-GO at candidate_gate. A module the worktree does
