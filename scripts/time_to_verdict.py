@@ -2,7 +2,8 @@
 """Time to verdict: a campaign run cold, seeded and warm, stage by stage, into one JSON record.
 
     python scripts/time_to_verdict.py --campaign rwkv6-bwd-fusion --gpu h200 --limit-min 170 \\
-        --out timing/h200.json [--profile profiles/local] [--scenarios cold,seeded,warm] [--resume]
+        --out timing/h200.json [--profile profiles/local] [--scenarios cold,seeded,warm] [--resume] \\
+        [--set target_path=<clone>]
     python scripts/render_timing.py timing/h200.json [--write README.md]
 
 Method: every scenario runs the campaign in a fresh Snakemake workdir under ``--base`` (results,
@@ -235,7 +236,7 @@ class Bench:
         wd.mkdir(parents=True, exist_ok=True)
         prof = profile_copy(REPO / self.args.profile, self.base / f"profile-{scenario}", self.root(scenario))
         config = [f"campaign={self.args.campaign}", f"gpu={self.gpu}",
-                  f"sdist_cache={Path(self.args.sdist_cache).resolve()}"]
+                  f"sdist_cache={Path(self.args.sdist_cache).resolve()}", *self.args.set]
         if phase in ("forced", "rerun"):
             config.append("force=true")
         if phase == "rerun":
@@ -304,7 +305,14 @@ def main(argv: list[str] | None = None) -> int:
                    help="the rerun's candidate (overlay:<dir>, ref:<ref>, worktree:<path>) instead of the comment edit")
     p.add_argument("--snakemake-arg", action="append", default=[], help="an extra Snakemake argument (repeatable)")
     p.add_argument("--resume", action="store_true", help="keep the phases --out holds that ended; rerun cut ones")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="an extra Snakemake --config entry for every phase, e.g. target_path=<clone> (repeatable)")
     args = p.parse_args(argv)
+    for entry in args.set:
+        key = entry.partition("=")[0]
+        if "=" not in entry or not key or key in {"campaign", "gpu", "sdist_cache", "force", "candidate"}:
+            p.error(f"--set {entry!r}: KEY=VALUE, and not a key the script sets itself "
+                    "(campaign, gpu, sdist_cache, force, candidate)")
     base = Path(args.base)
     if base.exists() and not args.resume:
         raise SystemExit(f"time_to_verdict: {base} exists; pass --resume to continue it, or remove it for a fresh run")

@@ -110,3 +110,12 @@ def test_the_readme_has_the_block_the_renderer_writes() -> None:
 def test_a_record_of_another_kind_is_refused() -> None:
     with pytest.raises(SystemExit, match="not a kgate.time-to-verdict/1 record"):
         render_timing.render({"schema": "kgate.stage/1"})
+
+
+@pytest.mark.parametrize("entry", ["force=true", "candidate=overlay:x", "target_path", "=x"])
+def test_a_set_entry_the_script_owns_or_without_a_value_is_refused_before_any_run(
+        tmp_path: Path, entry: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        time_to_verdict.main(["--set", entry, "--base", str(tmp_path / "b"), "--out", str(tmp_path / "r.json")])
+    assert f"--set {entry!r}" in capsys.readouterr().err
+    assert not (tmp_path / "b").exists() and not (tmp_path / "r.json").exists()
