@@ -11,7 +11,8 @@ config/campaigns/<campaign>.yaml), and from ``reports/<campaign>/<gpu>/verdict.j
 characters), and the benchmark's geomean when bench measured one and another gate decided; an entry's ``forced``
 record (a run forced past a STOP) adds its bench geomean, said to be forced. A campaign without a report on that
 device says "not run on <gpu>", with the entry's ``not_run`` reason; an INCONCLUSIVE report adds the entry's
-``incomplete`` reason. ``--write`` replaces what lies between the
+``incomplete`` reason. The campaign's committed reports on other device classes (``reports/<campaign>/<other>/``)
+follow, each as its verdict, deciding gate and bench geomean. ``--write`` replaces what lies between the
 ``<!-- replays:begin -->`` and ``<!-- replays:end -->`` lines of the file; nothing else changes.
 """
 
@@ -81,6 +82,31 @@ def forced_bench(path: Path) -> str:
     return f"forced past it, bench geomean {gm}" if gm else "forced past it, bench measured no geomean"
 
 
+def read_verdict(path: Path) -> dict[str, Any]:
+    v = json.loads(path.read_text())
+    if v.get("schema") != VERDICT_SCHEMA:
+        raise SystemExit(f"render_replays: {path}: schema {v.get('schema')!r}, not {VERDICT_SCHEMA}")
+    return v
+
+
+def elsewhere(root: Path, campaign_name: str, gpu: str) -> list[str]:
+    """The campaign's committed reports on other device classes, one short phrase each: verdict, deciding gate
+    (when one decided) and bench geomean."""
+    out = []
+    for path in sorted((root / "reports" / campaign_name).glob("*/verdict.json")):
+        if path.parent.name == gpu:
+            continue
+        v = read_verdict(path)
+        by = v.get("decided_by") or {}
+        text = f"on {path.parent.name}: {v['verdict']}" + (" (forced)" if v.get("forced") else "")
+        if by.get("stage"):
+            text += f" at {by['stage']}" + (f" {by['gate']}" if by.get("gate") else "")
+        if gm := geomean(v):
+            text += f", bench geomean {gm}"
+        out.append(text)
+    return out
+
+
 def row(entry: dict[str, Any], root: Path, gpu: str) -> str:
     data = campaign.load_yaml(root / "config" / "campaigns" / f"{entry['campaign']}.yaml")
     bar = (data.get("measure") or {}).get("bar")
@@ -90,9 +116,7 @@ def row(entry: dict[str, Any], root: Path, gpu: str) -> str:
     if not path.exists():
         result, decided = f"not run on {gpu}", entry.get("not_run") or "—"
     else:
-        v = json.loads(path.read_text())
-        if v.get("schema") != VERDICT_SCHEMA:
-            raise SystemExit(f"render_replays: {path}: schema {v.get('schema')!r}, not {VERDICT_SCHEMA}")
+        v = read_verdict(path)
         result = f"**{v['verdict']}**" + (" (forced)" if v.get("forced") else "")
         by = v.get("decided_by") or {}
         decided = str(v.get("sentence") or "")
@@ -109,6 +133,8 @@ def row(entry: dict[str, Any], root: Path, gpu: str) -> str:
         forced = entry.get("forced") or {}
         if forced.get("gpu") == gpu and not gm:
             decided += f"; {forced_bench(root / forced['bench_record'])}"
+    if other := elsewhere(root, entry["campaign"], gpu):
+        decided += "; " + "; ".join(other)
     return "| " + " | ".join(cell(c) for c in (f"`{entry['campaign']}`", change, entry["claim"],
                                                  "—" if bar is None else str(bar), result, decided)) + " |"
 

@@ -134,3 +134,23 @@ def test_an_incomplete_report_says_why_its_stages_are_missing(tmp_path: Path) ->
     assert "bench geomean 1.665x" in row, row
     (folder / "verdict.json").write_text(json.dumps({**verdict, "verdict": "NO-GO"}))
     assert "device time ended" not in render_replays.table(root, "h200")[2]
+
+
+def test_reports_on_other_devices_follow_the_tables_own(tmp_path: Path) -> None:
+    """The TVD replay's committed reports: INCONCLUSIVE on the H200 (cut during ncu), GO on an H100 from a full run.
+    The h200 table keeps its own verdict and adds the H100's after it; the h100 table the other way round; a
+    report of another schema is one line naming its file."""
+    entry = {**ENTRY, "campaign": "liger-tvd-fused-scale-1127"}
+    root = root_with(tmp_path, "liger-tvd-fused-scale-1127", entry)
+    for gpu in ("h200", "h100"):
+        (root / "reports" / "liger-tvd-fused-scale-1127" / gpu).mkdir(parents=True)
+        shutil.copy(REPO / "reports" / "liger-tvd-fused-scale-1127" / gpu / "verdict.json",
+                    root / "reports" / "liger-tvd-fused-scale-1127" / gpu)
+    h200 = render_replays.table(root, "h200")[2]
+    assert "| **INCONCLUSIVE** |" in h200 and h200.endswith("; on h100: GO, bench geomean 1.662x [1.659, 1.664] (pass) |")
+    h100 = render_replays.table(root, "h100")[2]
+    assert "| **GO** |" in h100 and h100.endswith("; on h200: INCONCLUSIVE at ncu, bench geomean 1.665x [1.663, 1.666] (pass) |")
+    assert "h100 verdict" in render_replays.table(root, "h100")[0]
+    (root / "reports" / "liger-tvd-fused-scale-1127" / "h100" / "verdict.json").write_text('{"schema": "x"}')
+    with pytest.raises(SystemExit, match="h100/verdict.json: schema 'x'"):
+        render_replays.table(root, "h200")
