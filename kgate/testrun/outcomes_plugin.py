@@ -11,8 +11,22 @@ call, on any worker, has no entry) with its outcome
 itself failed under kgate's interpreter plugin), duration and failure
 text, collection errors, and where each top-level package of the tested tree
 was imported from (so a stage can prove the code under test is the worktree's).
+
 Works with pytest-xdist: workers write their collection beside PATH and the
 controller merges them.
+
+GPU memory: in a test process where the code under test initialised CUDA (the
+plugin never imports torch), each test's entry gets the process's peak
+allocated and reserved bytes from the previous test's teardown (the first
+test: from CUDA's start) to the end of its own (``gpu_peak_allocated_bytes``,
+``gpu_peak_reserved_bytes``; torch's caching allocator only, so memory taken
+outside torch is not counted). After each teardown the allocator's unused
+cached blocks go back to the driver (``torch.cuda.empty_cache``): W
+pytest-xdist workers share one GPU, and a worker would otherwise hold the
+largest reservation any of its tests made for the rest of the run. The return
+is the same in every arm and changes no result, only what the other workers
+can allocate. Limits: one device per process (the current one); kernels still
+running asynchronously at a teardown are not waited for.
 """
 
 from __future__ import annotations
@@ -31,6 +45,8 @@ from kgate.testrun import numerics_plugin, tuning
 from kgate.testrun.interp_gaps import UNAVAILABLE
 
 _MAX_MSG = 4000
+#: user property carrying a test's GPU memory peaks from the process that ran it to the recorder
+GPU_MEMORY = "kgate_gpu_memory"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -96,6 +112,9 @@ class _Recorder:
             t["outcome"] = "error"
         elif report.skipped and report.when == "setup":
             t["outcome"] = "xfailed" if hasattr(report, "wasxfail") else "skipped"
+        memory = dict(report.user_properties).get(GPU_MEMORY)
+        if memory:
+            t.update(memory)
         changes = dict(report.user_properties).get(numerics_plugin.PROPERTY)
         if changes:
             t.setdefault("numerics", {})[report.when] = changes
@@ -142,6 +161,26 @@ class _Recorder:
                     # worker ran which test (the distribution of tests to workers is not deterministic)
                     self.state[key] = {k: " | ".join(sorted(v)) for k, v in sorted(merged.items())}
         self._write()
+
+
+def _cuda() -> Any:
+    """torch.cuda when the code under test imported torch and initialised CUDA in this process, else None."""
+    torch = sys.modules.get("torch")
+    cuda = getattr(torch, "cuda", None)
+    return cuda if cuda is not None and cuda.is_initialized() else None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> Any:
+    """After a test's teardown: its GPU memory peaks onto the report, cached blocks returned, peaks reset."""
+    report = yield
+    cuda = _cuda() if call.when == "teardown" else None
+    if cuda is not None:
+        report.user_properties.append((GPU_MEMORY, {"gpu_peak_allocated_bytes": int(cuda.max_memory_allocated()),
+                                                    "gpu_peak_reserved_bytes": int(cuda.max_memory_reserved())}))
+        cuda.empty_cache()
+        cuda.reset_peak_memory_stats()
+    return report
 
 
 def worker_paths(path: Path) -> list[Path]:

@@ -116,6 +116,17 @@ class GateRun:
         ok_exit = self.exit_code == 0 or (self.exit_code == 1 and bool(contention.settled_ids(self.tests)))
         return ok_exit and not self.timed_out and not self.crashed and not self.collect_errors and not self.bad_ids
 
+    @property
+    def gpu_peak(self) -> dict[str, Any] | None:
+        """The largest per-test GPU memory peak (kgate.testrun.outcomes_plugin) with its test; None: none measured."""
+        measured = [t for t in self.tests.values() if "gpu_peak_allocated_bytes" in t]
+        if not measured:
+            return None
+        top = max(measured, key=lambda t: (t["gpu_peak_allocated_bytes"], t["nodeid"]))
+        return {"tests_measured": len(measured), "nodeid": top["nodeid"],
+                "peak_allocated_bytes": top["gpu_peak_allocated_bytes"],
+                "peak_reserved_bytes": top.get("gpu_peak_reserved_bytes")}
+
     def summary(self) -> str:
         parts = [f"{n} {k}" for k, n in sorted(self.counts.items())]
         missing = len([i for i in self.collected if i not in self.tests])
@@ -147,6 +158,7 @@ class GateRun:
             "outcomes": self.outcomes_path, "junit": self.junit_path, "interpreter": self.interp,
             "carried_over": list(self.carried), "numerics_state": self.numerics_state,
             "alone": contention.settled_ids(self.tests), "alone_log": self.alone_log,
+            "gpu_peak": self.gpu_peak,
         }
 
 
