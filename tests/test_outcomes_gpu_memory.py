@@ -109,6 +109,33 @@ def test_each_test_gets_its_own_peak_and_the_cache_is_returned_after_it(tmp_path
                                           "peak_allocated_bytes": 6 * gb, "peak_reserved_bytes": 6 * gb}
 
 
+STICKY = '''
+import torch
+from conftest import FAKE
+
+def test_leaves_a_sticky_error():
+    FAKE.allocate(1 << 20)
+
+    def broken(device=None):
+        raise RuntimeError("CUDA error: unknown error")
+
+    torch.cuda.max_memory_allocated = broken  # what every CUDA call raises after such an error
+
+def test_after_it():
+    pass
+'''
+
+
+def test_a_cuda_error_left_by_a_test_is_recorded_and_the_session_goes_on(tmp_path: Path) -> None:
+    (tmp_path / "conftest.py").write_text(FAKE_CUDA)
+    (tmp_path / "test_memory.py").write_text(STICKY)
+    tests = run(tmp_path, "-n", "0")
+    first, after = tests["test_memory.py::test_leaves_a_sticky_error"], tests["test_memory.py::test_after_it"]
+    assert first["outcome"] == after["outcome"] == "passed"
+    assert first["gpu_memory_error"] == after["gpu_memory_error"] == "RuntimeError: CUDA error: unknown error"
+    assert "gpu_peak_allocated_bytes" not in first
+
+
 def test_no_gpu_keys_where_the_tests_never_start_cuda(tmp_path: Path) -> None:
     (tmp_path / "conftest.py").write_text("import torch\n")
     (tmp_path / "test_memory.py").write_text("import torch\n\ndef test_cpu():\n    assert torch.ones(3).sum() == 3\n")

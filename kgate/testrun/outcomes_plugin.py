@@ -25,8 +25,10 @@ cached blocks go back to the driver (``torch.cuda.empty_cache``): W
 pytest-xdist workers share one GPU, and a worker would otherwise hold the
 largest reservation any of its tests made for the rest of the run. The return
 is the same in every arm and changes no result, only what the other workers
-can allocate. Limits: one device per process (the current one); kernels still
-running asynchronously at a teardown are not waited for.
+can allocate. A CUDA error these calls raise (one a test left behind) is
+recorded as the test's ``gpu_memory_error``, never raised into pytest. Limits:
+one device per process (the current one); kernels still running
+asynchronously at a teardown are not waited for.
 """
 
 from __future__ import annotations
@@ -175,11 +177,20 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> 
     """After a test's teardown: its GPU memory peaks onto the report, cached blocks returned, peaks reset."""
     report = yield
     cuda = _cuda() if call.when == "teardown" else None
-    if cuda is not None:
-        report.user_properties.append((GPU_MEMORY, {"gpu_peak_allocated_bytes": int(cuda.max_memory_allocated()),
-                                                    "gpu_peak_reserved_bytes": int(cuda.max_memory_reserved())}))
+    if cuda is None:
+        return report
+    memory: dict[str, Any] = {}
+    try:
+        memory["gpu_peak_allocated_bytes"] = int(cuda.max_memory_allocated())
+        memory["gpu_peak_reserved_bytes"] = int(cuda.max_memory_reserved())
         cuda.empty_cache()
         cuda.reset_peak_memory_stats()
+    except RuntimeError as exc:
+        # a CUDA error the test left behind (sticky: "unknown error", an illegal address) also fails these
+        # calls; raised here it would end the whole session as an internal error, so it goes into the test's
+        # entry, and the test's own outcome says what happened
+        memory["gpu_memory_error"] = f"{type(exc).__name__}: {exc}"[:_MAX_MSG // 10]
+    report.user_properties.append((GPU_MEMORY, memory))
     return report
 
 
