@@ -534,6 +534,21 @@ def test_a_gate_file_importing_a_module_the_environment_lacks_is_named_in_the_to
         "module(s) kgate_absent_lib_q, imported by 1 test file(s)" in todo[0], todo
 
 
+def test_addopts_for_a_missing_plugin_and_a_missing_module_are_both_said(tmp_path: Path) -> None:
+    """Liger-Kernel's shape at its TVD change: pytest-cov's options in addopts and convergence tests importing
+    `datasets`. Without the addopts the collection gets past the usage error, so the gate drops them, and the
+    TODO names the missing module (not the usage error the first collection stopped at)."""
+    toy = toy_target(tmp_path, extra={"pytest.ini": "[pytest]\naddopts = --toy-coverage-report=term\n",
+                                      "tests/test_needs_lib.py": ("import kgate_absent_lib_q\nfrom toyops import "
+                                                                  "scale\n\n\ndef test_uses_lib():\n    assert scale\n")})
+    proc = run_init(toy, tmp_path / "out", "toy-both")
+    assert proc.returncode == 0, proc.stderr
+    assert any(d.startswith("gate.pytest_args -o addopts=: the target's pytest addopts fail here")
+               for d in lines(proc, "decided")), proc.stdout
+    todo = [t for t in lines(proc, "TODO") if t.startswith("gate.select.cpu")]
+    assert len(todo) == 1 and "lacks module(s) kgate_absent_lib_q" in todo[0] and "unrecognized" not in todo[0], todo
+
+
 def test_the_covering_tests_say_which_import_a_changed_file_directly(tmp_path: Path) -> None:
     """A test of a layer reaches the changed kernel through the layer's module: it covers the change, and the
     account says which tests import a changed file themselves (an op's own tests), for a narrower --gate."""

@@ -190,3 +190,59 @@ def test_todo_values_anywhere_are_found_in_file_order() -> None:
     assert campaign_mod.todos(data) == [("b.c", "first"), ("b.d.1.e", "second")]
     with pytest.raises(ConfigError, match=r"^src: key 'b.c': written by kgate init: fill in: first \(1 more: b.d.1.e\)$"):
         campaign_mod.refuse_todos(data, "src")
+
+
+# A benchmark script in Liger-Kernel's format (written here): a sweep sized by the device, a dtype in its configs
+BENCH_SCRIPT = '''
+import torch
+from utils import parse_benchmark_script_args, run_benchmarks
+
+def bench_speed_scale(input):
+    n = input.x * input.extra_benchmark_config["M"]
+    return n
+
+if __name__ == "__main__":
+    args = parse_benchmark_script_args()
+    if torch.cuda.get_device_properties(0).total_memory > 60e9:
+        x_max = 14
+    else:
+        x_max = 12
+    common_configs = {
+        "kernel_name": "scale",
+        "x_name": "N",
+        "x_values": [2**i for i in range(10, x_max + 1)],
+        "kernel_providers": ["liger", "torch"],
+        "extra_benchmark_configs": [{"M": 64, "alpha": 2.0, "dtype": torch.float32}, {"M": 256, "alpha": 2.0}],
+        "overwrite": args.overwrite,
+    }
+    run_benchmarks(bench_test_fn=bench_speed_scale, **common_configs)
+'''
+
+
+def test_rows_come_from_the_targets_benchmark_script_where_it_has_no_registry(tmp_path: Path) -> None:
+    toy = toy_target(tmp_path, registry=False, extra={"benchmark/scripts/benchmark_scale.py": BENCH_SCRIPT})
+    proc = run_init(toy, tmp_path / "out", "toy-script")
+    assert proc.returncode == 0, proc.stderr
+    todo = [ln.split(":", 1)[0] for ln in lines(proc, "TODO")]
+    assert "measure.rows" not in todo and "ncu.rows" not in todo and "measure.inputs" in todo
+    data = yaml.safe_load((tmp_path / "out" / "config" / "campaigns" / "toy-script.yaml").read_text())
+    rows = data["measure"]["rows"]
+    # the first branch's x_max (14): N 1024..16384 for each config, the dtype left out, float values kept unnamed
+    assert [r["name"] for r in rows] == [f"M{m}_N{2 ** i}" for m in (64, 256) for i in range(10, 15)]
+    assert rows[0] == {"name": "M64_N1024", "M": 64, "alpha": 2.0, "N": 1024}
+    assert data["ncu"]["rows"] == ["M64_N1024", "M256_N16384"]
+    decided = " ".join(lines(proc, "decided"))
+    assert "measure.rows from the target's benchmark script benchmark/scripts/benchmark_scale.py" in decided
+    assert any("x_max = 14 (the first branch of `if torch.cuda.get_device_properties(0).total_memory > 60e9`)" in w
+               for w in lines(proc, "warning"))
+    assert any("dtype (torch.float32)" in w for w in lines(proc, "left out"))
+
+
+def test_a_script_without_a_literal_sweep_is_one_warning_and_the_rows_stay_yours(tmp_path: Path) -> None:
+    script = BENCH_SCRIPT.replace("[2**i for i in range(10, x_max + 1)]", "sweep_from_file()")
+    toy = toy_target(tmp_path, registry=False, extra={"benchmark/scripts/benchmark_scale.py": script})
+    proc = run_init(toy, tmp_path / "out", "toy-script-bad")
+    assert proc.returncode == 0, proc.stderr
+    assert "measure.rows" in [ln.split(":", 1)[0] for ln in lines(proc, "TODO")]
+    assert "benchmark/scripts/benchmark_scale.py: no rows read (x_values is not a literal sweep (sweep_from_file()))" \
+        in lines(proc, "warning")

@@ -23,10 +23,10 @@ from typing import Any
 from kgate import paths
 from kgate.campaign import TODO_MARK
 from kgate.errors import ConfigError, KgateError
+from kgate.init import bench_scripts, split
 from kgate.init import gate as gate_mod
 from kgate.init import kernels as kernels_mod
 from kgate.init import registry as registry_mod
-from kgate.init import split
 from kgate.init.change import Change, Trees
 from kgate.init.pyindex import PyIndex, import_roots
 from kgate.source import git, numerics
@@ -378,16 +378,33 @@ def _measure(opts: Options, trees: Trees, index: PyIndex, sources: list[str], ke
         m["rows"] = todo("the GPU rows: a list of {name, <shape values make_inputs reads>}")
         m["cpu"] = {"rows": todo("tiny rows for the interpreter, same keys as measure.rows")}
         ncu_rows = None
+        script = bench_scripts.read(trees.base, sources) if op is None else None
+        yours = ("the inputs are yours (rows from its benchmark script, below)"
+                 if isinstance(script, bench_scripts.ScriptRows) else "rows and inputs are yours")
         if reg is None:
             acc.add("decided", "no benchmark registry of a known format at the base (formats: "
-                               f"{', '.join(registry_mod.ADAPTERS)}): rows and inputs are yours")
+                               f"{', '.join(registry_mod.ADAPTERS)}): {yours}")
         elif op is None and opts.op:
-            acc.add("decided", f"--op {opts.op} is no entry of {reg.file} at the base: rows and inputs are yours")
+            acc.add("decided", f"--op {opts.op} is no entry of {reg.file} at the base: {yours}")
         elif op is None:
             acc.add("decided", f"no entry of {reg.file} at the base was chosen for the changed code (--op names "
-                               "one): rows and inputs are yours")
+                               f"one): {yours}")
         else:
             acc.add("decided", f"the registry entry '{op.name}' of {reg.file} has no row at the base: rows are yours")
+        if isinstance(script, bench_scripts.ScriptRows):
+            m["rows"] = [dict(r) for r in script.rows]
+            names = [r["name"] for r in script.rows]
+            ncu_rows = list(dict.fromkeys([names[0], names[-1]]))
+            acc.add("decided", f"measure.rows from the target's benchmark script {script.file} "
+                               f"({bench_scripts.FORMAT}; shapes only, swept over {script.x_name}): {len(names)} "
+                               f"row(s) ({_few(names)}): confirm they are the shapes the change claims")
+            for note in script.conditional:
+                acc.add("warning", f"{script.file}: {note}: the script sizes its sweep by the device")
+            if script.left_out:
+                acc.add("left out", f"{script.file}: values that are no numbers, not in the rows: "
+                                    f"{_few(list(script.left_out))}")
+        elif isinstance(script, str):
+            acc.add("warning", script)
     m["bar"] = todo("the speedup the change claims on the equal-weight geomean of the gated rows (> 1, e.g. 1.1)")
     mech, kernels_key = _mechanism(kern, acc)
     if kernels_key:
@@ -456,7 +473,9 @@ def _cpu_selection(opts: Options, trees: Trees, data: dict[str, Any], acc: _Acco
     if got.usage_error:
         # the target's pytest configuration (addopts) names a plugin's options that this environment lacks
         retry = collect([*g.get("pytest_args", []), *NO_ADDOPTS], "collect-no-addopts")
-        if retry.problem is None:
+        if retry.usage_error is None:
+            # past the usage error: without the addopts pytest collects (what it finds there, collection
+            # errors included, is the gate's own and said below)
             g["pytest_args"] = [*g.get("pytest_args", []), *NO_ADDOPTS]
             acc.add("decided", f"gate.pytest_args {' '.join(NO_ADDOPTS)}: the target's pytest addopts fail here "
                                f"({got.usage_error}); the gate runs without them, the same in every arm")
