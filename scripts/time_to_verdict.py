@@ -13,9 +13,11 @@ worktrees and reports start empty), three phases in a row, each one ``snakemake`
 2. ``forced``: ``force=true`` in the same workdir, every stage the first run did not reach (with
    ``first``, the time to the full forced verdict);
 3. ``rerun``: the candidate edited and the forced run again (the rerun after a candidate edit). The
-   edit is a comment appended to every file the candidate overlay adds code from: the candidate
-   id changes, so every candidate stage runs again, while its kernels keep their source and lines
-   (``--edited-candidate overlay:DIR`` times an edit of your own instead).
+   edit is a comment appended to every file the candidate overlay adds code from (a ``ref:``
+   candidate: to each Python file of ``candidate.diff_paths`` in a shared clone of the ref, run as a
+   ``worktree:`` candidate): the candidate id changes, so every candidate stage runs again, while its
+   kernels keep their source and lines (``--edited-candidate overlay:DIR`` times an edit of your own
+   instead).
 
 The scenarios differ only in the kernel cache (the profile's ``kernel_cache``, set per scenario in a
 copy of ``--profile`` under the base folder): ``cold`` starts from an empty root; ``seeded`` from an
@@ -141,10 +143,15 @@ def profile_copy(src: Path, dest: Path, kernel_cache: Path) -> Path:
 
 
 def edited_candidate(camp: campaign_mod.Campaign, dest: Path) -> str:
-    """A copy of the candidate overlay with a comment appended to every file it adds code from."""
+    """A copy of the candidate with a comment appended to every Python file it adds code from: an overlay's
+    folder (``overlay:``), or for a ``ref:`` candidate a checkout of the ref (``worktree:``, a ``git clone
+    --shared`` of the target clone, which writes nothing into it) with the comment appended to each Python file
+    of ``candidate.diff_paths`` that exists at the ref."""
     src = camp.candidate_source
+    if src.kind == "ref":
+        return edited_ref(camp, src.value, dest)
     if src.kind != "overlay":
-        raise SystemExit("time_to_verdict: the campaign's candidate is not an overlay; pass --edited-candidate")
+        raise SystemExit(f"time_to_verdict: the campaign's candidate is a {src.kind}: pass --edited-candidate")
     from kgate.source import overlay
 
     folder = paths.PROJECT / src.value
@@ -159,13 +166,33 @@ def edited_candidate(camp: campaign_mod.Campaign, dest: Path) -> str:
     return f"overlay:{dest.resolve()}"
 
 
+def edited_ref(camp: campaign_mod.Campaign, ref: str, dest: Path) -> str:
+    clone = Path(camp.data["target"]["repo"]["path"]).expanduser()
+    clone = clone if clone.is_absolute() else paths.PROJECT / clone
+    if dest.exists():
+        shutil.rmtree(dest)
+    for cmd in (["git", "clone", "-q", "--shared", "--no-checkout", str(clone), str(dest)],
+                ["git", "-C", str(dest), "checkout", "-q", "--detach", ref]):
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise SystemExit(f"time_to_verdict: {' '.join(cmd)}: {done.stderr.strip()}")
+    files = [f for f in camp.data["candidate"].get("diff_paths") or [] if f.endswith(".py") and (dest / f).is_file()]
+    if not files:
+        raise SystemExit(f"time_to_verdict: candidate.diff_paths names no Python file at {ref}: pass --edited-candidate")
+    for f in files:
+        p = dest / f
+        p.write_text(p.read_text().rstrip("\n") + f"\n{EDIT_MARK}\n")
+    return f"worktree:{dest.resolve()}"
+
+
 class Bench:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.base = Path(args.base).resolve()
         self.out = Path(args.out).resolve()
         self.deadline = time.monotonic() + args.limit_min * 60
-        self.camp = campaign_mod.load(args.campaign)
+        sets = dict(e.split("=", 1) for e in args.set)
+        self.camp = campaign_mod.load(args.campaign, {k: v for k, v in sets.items() if k == "target_path"})
         here = stack_mod.detect()
         gpu = here.device_class if args.gpu == "auto" else args.gpu
         self.gpu = gpu
@@ -175,7 +202,7 @@ class Bench:
             "started_utc": utc(time.time()), "limit_min": args.limit_min, "base": str(self.base),
             "machine": {"stack": here.as_dict(), "cores": runner.usable_cores(),
                         "gate_workers_auto": runner.resolve_workers("auto", cpu=gpu == "cpu")},
-            "edit": args.edited_candidate or "comment appended to the candidate overlay's code files",
+            "edit": args.edited_candidate or "comment appended to the candidate's code files",
             "scenarios": {}}
 
     def save(self) -> None:

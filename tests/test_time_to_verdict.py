@@ -67,6 +67,35 @@ def test_the_edit_changes_the_candidate_id_but_not_its_code_lines(tmp_path: Path
     assert after == before + f"\n{time_to_verdict.EDIT_MARK}\n"
 
 
+def test_a_ref_candidate_is_edited_in_a_shared_clone_of_the_ref_and_the_users_clone_is_untouched(tmp_path: Path) -> None:
+    """The TVD replay's candidate is a ref: the edit is a shared clone of it with the comment appended to its
+    diff_paths' Python file, run as a worktree candidate; the target clone keeps its status, refs and worktrees."""
+    clone = tmp_path / "clone"
+    op = clone / "src" / "liger_kernel" / "ops" / "tvd.py"
+    op.parent.mkdir(parents=True)
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(clone)]
+    subprocess.run(["git", "init", "-q", "-b", "main", str(clone)], check=True)
+    op.write_text("def tvd():\n    return 1\n")
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "base"], check=True)
+    op.write_text("def tvd():\n    return 2\n")
+    subprocess.run([*git, "commit", "-qam", "head"], check=True)
+    head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    subprocess.run([*git, "checkout", "-q", "HEAD~1"], check=True)
+    state = [subprocess.run([*git, *a], capture_output=True, text=True).stdout for a in
+             (["status", "--porcelain"], ["show-ref"], ["worktree", "list"], ["rev-parse", "HEAD"])]
+    camp = campaign.load("liger-tvd-fused-scale-1127", {"target_path": str(clone), "candidate": f"ref:{head}"})
+    got = time_to_verdict.edited_candidate(camp, tmp_path / "edited")
+    assert got == f"worktree:{(tmp_path / 'edited').resolve()}"
+    edited = (tmp_path / "edited" / "src" / "liger_kernel" / "ops" / "tvd.py").read_text()
+    assert edited == f"def tvd():\n    return 2\n{time_to_verdict.EDIT_MARK}\n"
+    assert [subprocess.run([*git, *a], capture_output=True, text=True).stdout for a in
+            (["status", "--porcelain"], ["show-ref"], ["worktree", "list"], ["rev-parse", "HEAD"])] == state
+    missing = campaign.load("liger-tvd-fused-scale-1127", {"target_path": str(clone), "candidate": "ref:no-such-ref"})
+    with pytest.raises(SystemExit, match="checkout -q --detach no-such-ref"):
+        time_to_verdict.edited_candidate(missing, tmp_path / "edited2")
+
+
 def _record() -> dict:
     """A made-up record (the renderer's input format; no figure here is a measurement)."""
     def stage(name: str, wall: float, state: str) -> dict:
