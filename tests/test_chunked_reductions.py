@@ -78,3 +78,18 @@ def test_tensor_sha_tells_values_dtypes_and_shapes_apart(monkeypatch: pytest.Mon
     u[11] = 12.0
     digests = {tensors.tensor_sha(torch, x) for x in (t, u, t.view(3, 4), t.view(torch.int32))}
     assert len(digests) == 4
+
+
+@pytest.mark.parametrize("threads", [2, 3, 16])
+def test_hashing_on_threads_gives_each_leaf_its_own_digest_in_order(monkeypatch: pytest.MonkeyPatch,
+                                                                     threads: int) -> None:
+    """The leaves of a row (tensors of every kind, a Python number, None) hashed on a thread pool, largest first:
+    the same digests, in the leaves' order, as one at a time and as the whole-copy hash."""
+    monkeypatch.setattr(tensors, "_SHA_CHUNK", 7)
+    big = torch.randn(300, 40, generator=torch.Generator().manual_seed(3))
+    items = [*_cases(), 2.5, None, big, big[:, ::2]]
+    got = tensors.hash_leaves(torch, items, threads)
+    assert got == tensors.hash_leaves(torch, items, 1)
+    assert got[: len(_cases())] == [_sha_whole(t) for t in _cases()]
+    assert got[len(_cases())] == hashlib.sha256(b"2.5").hexdigest() and got[-2] == _sha_whole(big)
+    assert 1 <= tensors.hash_threads() <= tensors.HASH_THREADS_MAX

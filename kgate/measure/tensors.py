@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 # bytes of a tensor copied to the host and hashed at a time (256 MiB)
@@ -45,9 +47,41 @@ def leaves(torch: Any, obj: Any, prefix: str) -> Any:
 
 
 def hash_tree(torch: Any, obj: Any, prefix: str, out: dict[str, str]) -> None:
-    for name, leaf in leaves(torch, obj, prefix):
-        out[name] = (tensor_sha(torch, leaf) if isinstance(leaf, torch.Tensor)
-                     else hashlib.sha256(repr(leaf).encode()).hexdigest())
+    named = list(leaves(torch, obj, prefix))
+    out.update(zip((n for n, _ in named), hash_leaves(torch, [leaf for _, leaf in named], threads=1), strict=True))
+
+
+#: the most threads one worker hashes its inputs on
+HASH_THREADS_MAX = 8
+
+
+def hash_threads() -> int:
+    """Threads a worker hashes its inputs on: half the cores it may run on (the other arm's worker hashes at the
+    same time), between 1 and :data:`HASH_THREADS_MAX`."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(HASH_THREADS_MAX, cores // 2))
+
+
+def hash_leaves(torch: Any, items: list[Any], threads: int) -> list[str]:
+    """Each leaf's hash, in order: :func:`tensor_sha` for a tensor, sha256 of its ``repr`` otherwise. With
+    ``threads`` > 1 the tensors are hashed that many at a time, largest first, on a thread pool: hashlib releases
+    the GIL while it hashes a chunk, so one process hashes several tensors on several cores. The digests are
+    the same as one at a time (each tensor's stream is still hashed in order by one thread); the host then
+    holds up to ``threads`` chunks of ``_SHA_CHUNK`` bytes at once."""
+    def one(leaf: Any) -> str:
+        return (tensor_sha(torch, leaf) if isinstance(leaf, torch.Tensor)
+                else hashlib.sha256(repr(leaf).encode()).hexdigest())
+
+    if threads <= 1 or len(items) <= 1:
+        return [one(leaf) for leaf in items]
+    order = sorted(range(len(items)), key=lambda i: -(items[i].numel() * items[i].element_size()
+                                                       if isinstance(items[i], torch.Tensor) else 0))
+    with ThreadPoolExecutor(max_workers=min(threads, len(items))) as pool:
+        futures = {i: pool.submit(one, items[i]) for i in order}
+        return [futures[i].result() for i in range(len(items))]
 
 
 def combined(hashes: dict[str, str]) -> str:

@@ -20,7 +20,18 @@ import time
 from typing import Any
 
 from kgate.measure import census
-from kgate.measure.tensors import combined, fingerprint, hash_tree, leaves_of, row_seed, storage_bytes, tensor_sha, tensors_of
+from kgate.measure.tensors import (
+    combined,
+    fingerprint,
+    hash_leaves,
+    hash_threads,
+    leaves,
+    leaves_of,
+    row_seed,
+    storage_bytes,
+    tensor_sha,
+    tensors_of,
+)
 from kgate.measure.worker_numerics import around_call
 from kgate.measure.worker_state import ArmTargetError, RowState, State
 
@@ -36,8 +47,11 @@ class Calls:
         self.s = State()
 
     def prepare(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
+        """Each row's inputs made (in row order: the RNG is seeded per row) and then hashed, every row's leaves
+        together on :func:`hash_threads` threads (the digests are those of one at a time)."""
         s, torch = self.s, self.s.torch
         out = {}
+        named: list[tuple[str, str, Any]] = []
         for values in rows:
             name = values["name"]
             seed = row_seed(s.seed, name)
@@ -46,9 +60,8 @@ class Calls:
             if not (isinstance(made, tuple) and len(made) == 2 and isinstance(made[1], dict)):
                 raise ValueError(f"make_inputs({name}) must return (args, kwargs), got {type(made).__name__}")
             args, kwargs = tuple(made[0]), made[1]
-            hashes: dict[str, str] = {}
-            hash_tree(torch, list(args), "args", hashes)
-            hash_tree(torch, kwargs, "kwargs", hashes)
+            named += [(name, path, leaf) for prefix, tree in (("args", list(args)), ("kwargs", kwargs))
+                      for path, leaf in leaves(torch, tree, prefix)]
             rs = RowState(name=name, values=dict(values), seed=seed, args=args, kwargs=kwargs,
                           leaves=leaves_of(torch, [args, kwargs]))
             tensors_of(torch, list(args), "args", rs.tensors)
@@ -57,8 +70,12 @@ class Calls:
             if s.writes_inputs:
                 rs.pristine = {k: t.detach().clone() for k, t in rs.tensors.items()}
             s.rows[name] = rs
-            out[name] = {"seed": seed, "tensors": hashes, "sha256": combined(hashes),
-                         "bytes": storage_bytes(torch, rs.tensors.values())}
+            out[name] = {"seed": seed, "tensors": {}, "bytes": storage_bytes(torch, rs.tensors.values())}
+        for (name, path, _), digest in zip(named, hash_leaves(torch, [leaf for *_, leaf in named], hash_threads()),
+                                           strict=True):
+            out[name]["tensors"][path] = digest
+        for entry in out.values():
+            entry["sha256"] = combined(entry["tensors"])
         self._sync()
         return out
 
