@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from packaging.utils import canonicalize_name
 
 from kgate import campaign as campaign_mod
 from kgate import paths
@@ -216,20 +217,13 @@ class Audited:
     change: str | None = None        # the candidate's ``ref`` (a commit of the target), when it is one
 
 
-def _pep503(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
 def target_key(c: Campaign) -> str:
     """Target identity: the clone's resolved path and the baseline SHA, or the PyPI requirement."""
     t = c.data["target"]
     if "repo" in t:
-        p = Path(t["repo"]["path"]).expanduser()
-        if not p.is_absolute():
-            p = paths.PROJECT / p
-        return f"repo:{p.resolve()}@{t['repo']['baseline']}"
+        return f"repo:{c.repo_path.resolve()}@{t['repo']['baseline']}"
     name, _, version = t["pypi"]["requirement"].partition("==")
-    return f"pypi:{_pep503(name)}=={version}"
+    return f"pypi:{canonicalize_name(name)}=={version}"
 
 
 def _row_names(rows: Any) -> list[str]:

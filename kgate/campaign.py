@@ -164,6 +164,12 @@ class Campaign:
         return "repo" if "repo" in self.data["target"] else "pypi"
 
     @property
+    def repo_path(self) -> Path:
+        """``target.repo.path`` as a folder: ``~`` expanded, a relative path taken from the kgate checkout."""
+        p = Path(self.data["target"]["repo"]["path"]).expanduser()
+        return p if p.is_absolute() else paths.PROJECT / p
+
+    @property
     def target_identity(self) -> str:
         """``git:<sha>`` or ``pypi:<requirement>``: selects overlay variants."""
         t = self.data["target"]

@@ -18,6 +18,14 @@ from dataclasses import dataclass
 from kgate.errors import ProvenanceMismatch
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity mask: a Slurm job's or taskset's share), else all."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
 @dataclass(frozen=True, slots=True)
 class Device:
     """The device a process sees."""

@@ -30,15 +30,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+from packaging.utils import canonicalize_name
+
 #: what a CUDA image brings and a CPU environment must never send it (a CPU torch would replace the CUDA one)
 NODE_ONLY = ("torch", "triton", "nvidia-*", "cuda-*")
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64", "any")
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;]+)$")
-
-
-def norm(name: str) -> str:
-    """PEP 503 normalised name."""
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def parse_freeze(text: str, source: str) -> dict[str, str]:
@@ -51,13 +48,13 @@ def parse_freeze(text: str, source: str) -> dict[str, str]:
         m = _PIN.match(line)
         if not m:
             raise SystemExit(f"node_wheels: {source}: not a 'name==version' line: {line!r}")
-        out[norm(m.group(1))] = f"{m.group(1)}=={m.group(2)}"
+        out[canonicalize_name(m.group(1))] = f"{m.group(1)}=={m.group(2)}"
     return out
 
 
 def wanted(here: dict[str, str], node: dict[str, str], exclude: list[str]) -> list[str]:
     """The pins of ``here`` the node lacks, less ``exclude`` and :data:`NODE_ONLY` (globs on normalised names)."""
-    drop = [norm(e) if "*" not in e else e.lower() for e in (*NODE_ONLY, *exclude)]
+    drop = [canonicalize_name(e) if "*" not in e else e.lower() for e in (*NODE_ONLY, *exclude)]
     return [pin for name, pin in sorted(here.items())
             if name not in node and not any(fnmatch.fnmatchcase(name, d) for d in drop)]
 

@@ -61,7 +61,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from kgate import campaign as campaign_mod  # noqa: E402
-from kgate import paths, protocol  # noqa: E402
+from kgate import device, paths, protocol  # noqa: E402
 from kgate.cache import stack as stack_mod  # noqa: E402
 from kgate.records import write_json  # noqa: E402
 from kgate.testrun import runner  # noqa: E402
@@ -167,8 +167,7 @@ def edited_candidate(camp: campaign_mod.Campaign, dest: Path) -> str:
 
 
 def edited_ref(camp: campaign_mod.Campaign, ref: str, dest: Path) -> str:
-    clone = Path(camp.data["target"]["repo"]["path"]).expanduser()
-    clone = clone if clone.is_absolute() else paths.PROJECT / clone
+    clone = camp.repo_path
     if dest.exists():
         shutil.rmtree(dest)
     for cmd in (["git", "clone", "-q", "--shared", "--no-checkout", str(clone), str(dest)],
@@ -200,7 +199,7 @@ class Bench:
         self.rec: dict[str, Any] = old or {
             "schema": SCHEMA, "campaign": self.camp.name, "gpu": gpu, "profile": str(args.profile),
             "started_utc": utc(time.time()), "limit_min": args.limit_min, "base": str(self.base),
-            "machine": {"stack": here.as_dict(), "cores": runner.usable_cores(),
+            "machine": {"stack": here.as_dict(), "cores": device.usable_cores(),
                         "gate_workers_auto": runner.resolve_workers("auto", cpu=gpu == "cpu")},
             "edit": args.edited_candidate or "comment appended to the candidate's code files",
             "scenarios": {}}

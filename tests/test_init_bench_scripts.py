@@ -62,3 +62,11 @@ def test_no_script_an_unparsable_one_and_one_without_a_sweep(tmp_path: Path) -> 
         "benchmark/scripts/benchmark_op.py: no rows read (no dict with x_name and x_values)"
     # only a changed .py file names a script
     assert bench_scripts.read(script(tmp_path, "c = {'x_name': 'N', 'x_values': [1]}\n"), ["op.md"]) is None
+
+
+def test_configs_bound_to_a_name_are_read_whole_and_their_other_values_named(tmp_path: Path) -> None:
+    base = script(tmp_path, "extras = [{'M': 4, 'mode': 'forward'}]\n"
+                            "c = {'x_name': 'N', 'x_values': [1], 'extra_benchmark_configs': extras}\n")
+    got = bench_scripts.read(base, ["op.py"])
+    assert isinstance(got, bench_scripts.ScriptRows)
+    assert got.rows == ({"name": "M4_N1", "M": 4, "N": 1},) and got.left_out == ("mode ('forward')",)

@@ -30,7 +30,7 @@ def test_the_node_keeps_its_own_packages_and_never_gets_torch_or_triton() -> Non
     assert "snakemake" in env and "torch" in env  # what kgate's tests run with
     node = node_wheels.parse_freeze("# a CUDA image\nnumpy==2.1.0\nPyYAML==6.0.1\ntorch==2.11.0\n", "node")
     pins = node_wheels.wanted(env, node, ["pulp", "snakemake-interface-*"])
-    names = {node_wheels.norm(p.split("==")[0]) for p in pins}
+    names = {node_wheels.canonicalize_name(p.split("==")[0]) for p in pins}
     assert env["snakemake"] in pins and env["jsonschema"] in pins
     # the node's own (numpy, PyYAML under its normalised name), the GPU image's, and the excluded ones stay out
     assert not names & {"numpy", "pyyaml", "torch", "triton", "pulp"}

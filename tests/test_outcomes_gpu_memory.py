@@ -86,6 +86,13 @@ def run(folder: Path, *extra: str) -> dict:
     return json.loads(outcomes.read_text())["tests"]
 
 
+def gate_run(tests: dict) -> runner.GateRun:
+    """A gate run holding the recorded tests (the record's other fields do not matter here)."""
+    return runner.GateRun(command=["pytest"], exit_code=0, wall_s=1.0, timed_out=False, crashed=False,
+                          collected=list(tests), deselected=[], tests=tests, collect_errors=[], running_at_end=None,
+                          imports={}, env={}, log="l", outcomes_path="o", junit_path="j")
+
+
 @pytest.mark.parametrize("xdist", [False, True], ids=["serial", "xdist"])
 def test_each_test_gets_its_own_peak_and_the_cache_is_returned_after_it(tmp_path: Path, xdist: bool) -> None:
     (tmp_path / "conftest.py").write_text(FAKE_CUDA)
@@ -102,9 +109,7 @@ def test_each_test_gets_its_own_peak_and_the_cache_is_returned_after_it(tmp_path
     assert [e["reserved"] for e in log] == [0, 0, gb]
     if xdist:
         assert big["worker"] == "gw0"
-    run_ = runner.GateRun(command=["pytest"], exit_code=0, wall_s=1.0, timed_out=False, crashed=False,
-                          collected=list(tests), deselected=[], tests=tests, collect_errors=[], running_at_end=None,
-                          imports={}, env={}, log="l", outcomes_path="o", junit_path="j")
+    run_ = gate_run(tests)
     assert run_.as_data()["gpu_peak"] == {"tests_measured": 3, "nodeid": "test_memory.py::test_big",
                                           "peak_allocated_bytes": 6 * gb, "peak_reserved_bytes": 6 * gb}
 
@@ -143,7 +148,5 @@ def test_no_gpu_keys_where_the_tests_never_start_cuda(tmp_path: Path) -> None:
     assert tests["test_memory.py::test_cpu"]["outcome"] == "passed"
     assert not any(k.startswith("gpu_") for k in tests["test_memory.py::test_cpu"])
     assert not (tmp_path / "fake_cuda.jsonl").exists()
-    run_ = runner.GateRun(command=["pytest"], exit_code=0, wall_s=1.0, timed_out=False, crashed=False,
-                          collected=list(tests), deselected=[], tests=tests, collect_errors=[], running_at_end=None,
-                          imports={}, env={}, log="l", outcomes_path="o", junit_path="j")
+    run_ = gate_run(tests)
     assert run_.gpu_peak is None

@@ -35,6 +35,8 @@ FOLDER = "benchmark/scripts"
 MAX_VALUES = 4096
 _BINOPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
            ast.Div: operator.truediv, ast.Pow: operator.pow, ast.Mod: operator.mod}
+_COMPARE = {ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,
+            ast.Eq: operator.eq, ast.NotEq: operator.ne}
 
 
 class Unreadable(KgateError):
@@ -103,9 +105,6 @@ def _value(node: ast.AST, names: dict[str, Any]) -> Any:
         return _COMPARE[type(node.ops[0])](_value(node.left, names), _value(node.comparators[0], names))
     raise Unreadable(ast.unparse(node))
 
-
-_COMPARE = {ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge,
-            ast.Eq: operator.eq, ast.NotEq: operator.ne}
 
 
 def _scopes(tree: ast.Module) -> list[ast.stmt]:
@@ -212,31 +211,39 @@ def _named(rows: list[dict[str, Any]]) -> tuple[dict[str, Any], ...]:
 
 
 def _extras(node: ast.AST, names: dict[str, Any], left_out: list[str]) -> list[dict[str, Any]]:
-    """The extra configs' numeric values, each other key named in ``left_out`` with its source."""
-    items = node.elts if isinstance(node, (ast.List, ast.Tuple)) else None
-    if items is None:
+    """The extra configs' numeric values, each other key named in ``left_out`` with its source. The list may be
+    written out (each value read on its own) or a name bound to it (read whole)."""
+    if isinstance(node, (ast.List, ast.Tuple)):
+        configs: list[Any] = node.elts
+    else:
         try:
-            values = _value(node, names)
+            configs = _value(node, names)
         except Unreadable as exc:
             left_out.append(f"extra_benchmark_configs ({str(exc)[:60]})")
             return [{}]
-        return [{k: v for k, v in d.items() if _number(v)} for d in values if isinstance(d, dict)] or [{}]
     out = []
-    for item in items:
-        if not isinstance(item, ast.Dict):
+    for item in configs if isinstance(configs, list) else []:
+        if isinstance(item, dict):
+            pairs = [(k, v, repr(v)) for k, v in item.items()]
+        elif isinstance(item, ast.Dict):
+            pairs = [(k.value, *_lenient(v, names)) for k, v in zip(item.keys, item.values, strict=True)
+                     if isinstance(k, ast.Constant) and isinstance(k.value, str)]
+        else:
             left_out.append(f"extra_benchmark_configs entry ({ast.unparse(item)[:60]})")
             continue
         config: dict[str, Any] = {}
-        for k, v in zip(item.keys, item.values, strict=True):
-            if not (isinstance(k, ast.Constant) and isinstance(k.value, str)):
-                continue
-            try:
-                value = _value(v, names)
-            except Unreadable:
-                value = None
+        for key, value, shown in pairs:
             if _number(value):
-                config[k.value] = value
+                config[key] = value
             else:
-                left_out.append(f"{k.value} ({ast.unparse(v)[:40]})")
+                left_out.append(f"{key} ({shown[:40]})")
         out.append(config)
     return out or [{}]
+
+
+def _lenient(node: ast.AST, names: dict[str, Any]) -> tuple[Any, str]:
+    """The value (None when unreadable) and its source."""
+    try:
+        return _value(node, names), ast.unparse(node)
+    except Unreadable:
+        return None, ast.unparse(node)

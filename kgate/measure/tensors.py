@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
+
+from kgate.device import usable_cores
 
 # bytes of a tensor copied to the host and hashed at a time (256 MiB)
 _SHA_CHUNK = 1 << 28
@@ -58,11 +59,7 @@ HASH_THREADS_MAX = 8
 def hash_threads() -> int:
     """Threads a worker hashes its inputs on: half the cores it may run on (the other arm's worker hashes at the
     same time), between 1 and :data:`HASH_THREADS_MAX`."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cores = os.cpu_count() or 1
-    return max(1, min(HASH_THREADS_MAX, cores // 2))
+    return max(1, min(HASH_THREADS_MAX, usable_cores() // 2))
 
 
 def hash_leaves(torch: Any, items: list[Any], threads: int) -> list[str]:

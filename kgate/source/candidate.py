@@ -72,7 +72,7 @@ def identity(c: Campaign) -> str:
     base = _baseline_for_diff(c)
     h = hashlib.sha256()
     if src.kind == "ref":
-        repo = _user_path(c.data["target"]["repo"]["path"])
+        repo = c.repo_path
         patch, _ = _diff_against(repo, base, src.value, _diff_paths(c))
         h.update(patch.encode())
     else:
@@ -92,7 +92,7 @@ def materialize(c: Campaign, worktree: Path) -> Materialized:
         return Materialized("overlay", src.value, overlay.apply(variant, worktree))
     base = _baseline_for_diff(c)
     if src.kind == "ref":
-        patch, untracked = _diff_against(_user_path(c.data["target"]["repo"]["path"]), base, src.value,
+        patch, untracked = _diff_against(c.repo_path, base, src.value,
                                          _diff_paths(c))
         origin = None
     else:

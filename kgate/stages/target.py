@@ -68,9 +68,7 @@ def materialize_pypi(c: Campaign, repo: Path, cache: Path) -> dict[str, Any]:
 
 def materialize_repo(c: Campaign, repo: Path) -> dict[str, Any]:
     spec = c.data["target"]["repo"]
-    src = Path(spec["path"]).expanduser()
-    if not src.is_absolute():
-        src = paths.PROJECT / src
+    src = c.repo_path
     if not src.exists():
         raise TargetError(f"target.repo.path: '{src}' does not exist (set --config target_path=<your clone>)")
     git.clone_shared(src, repo)

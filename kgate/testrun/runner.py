@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from kgate import paths
+from kgate.device import usable_cores
 from kgate.errors import ConfigError, KgateError, ProvenanceMismatch
 from kgate.testrun import contention, outcomes_plugin, resume
 from kgate.testrun.guard import guarded
@@ -166,14 +167,6 @@ class GateRun:
 GPU_WORKERS_MAX = 16
 #: ``auto`` workers under the CPU interpreter: one per four cores, at most this many (CI's 2 cores: 1, no xdist)
 CPU_WORKERS_MAX = 4
-
-
-def usable_cores() -> int:
-    """The cores this process may run on (its affinity mask: a Slurm job's or taskset's share), else all."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
 
 
 def resolve_workers(setting: str, *, cpu: bool, cap: int | None = None, cores: int | None = None) -> int:
