@@ -51,6 +51,16 @@ def _phase_note(ph: dict[str, Any] | None) -> str | None:
     return None
 
 
+def _seed_note(sc: dict[str, Any] | None) -> str:
+    """Where the seeded scenario's bundle came from, when it was given rather than exported from the cold run."""
+    seed = (sc or {}).get("seed") or {}
+    if not seed.get("given"):
+        return ""
+    size = f", {seed['bundle_bytes'] / 2**20:.1f} MiB" if seed.get("bundle_bytes") else ""
+    return (f" The seeded scenario started from a bundle made on another machine of the same stack "
+            f"(`{Path(seed['bundle']).name}`{size}), not from this run's cold scenario.")
+
+
 def render(rec: dict[str, Any]) -> list[str]:
     if rec.get("schema") != SCHEMA:
         raise SystemExit(f"render_timing: not a {SCHEMA} record")
@@ -64,7 +74,7 @@ def render(rec: dict[str, Any]) -> list[str]:
     gate = f"{workers} pytest-xdist workers" if workers > 1 else "one process (no pytest-xdist)"
     out = [f"Measured by `scripts/time_to_verdict.py` on {dev} ({facts}), {m['cores']} cores, gate runs in {gate}; "
            f"campaign `{rec['campaign']}`, started {rec['started_utc']}; cells: wall time (the kernel cache's state "
-           "when the stage started).",
+           "when the stage started)." + _seed_note(rec["scenarios"].get("seeded")),
            "", "| | " + " | ".join(scen) + " |", "|---|" + "---|" * len(scen)]
     for key, label in FIGURES:
         cells = []

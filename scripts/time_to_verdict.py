@@ -23,8 +23,9 @@ The scenarios differ only in the kernel cache (the profile's ``kernel_cache``, s
 copy of ``--profile`` under the base folder): ``cold`` starts from an empty root; ``seeded`` from an
 empty root into which ``python -m kgate cache import`` put the bundle ``kgate cache export`` made of
 the cold root once the cold scenario ended (autotune picks; ``--seed-kernels`` adds the compiled
-kernels); ``warm`` reuses the cold root as the cold scenario left it. Run them in the order given
-(seeded and warm need the cold one).
+kernels), or the bundle ``--seed-bundle`` names (made on another machine of the same stack);
+``warm`` reuses the cold root as the cold scenario left it. Run them in the order given (warm, and
+seeded without ``--seed-bundle``, need the cold one).
 
 What is recorded per phase: the script's own wall clock, Snakemake's exit code, the verdict, and per
 stage record written during the phase its status, wall time, start and end (the record's
@@ -240,14 +241,18 @@ class Bench:
         return 0
 
     def seed(self) -> dict[str, Any]:
-        """Export the cold root's picks and import them into the seeded root (``python -m kgate cache``)."""
-        bundle = self.base / f"seed{'-kernels' if self.args.seed_kernels else ''}.tar.gz"
+        """Export the cold root's picks and import them into the seeded root (``python -m kgate cache``); with
+        ``--seed-bundle`` import that bundle instead (one made on another machine of the same stack: a new node
+        starting from a bundle it was given), exporting nothing."""
+        given = self.args.seed_bundle
+        bundle = (Path(given).resolve() if given
+                  else self.base / f"seed{'-kernels' if self.args.seed_kernels else ''}.tar.gz")
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         export = [sys.executable, "-m", "kgate", "cache", "export", str(bundle), "--kernel-cache",
                   str(self.root("cold")), *(["--kernels"] if self.args.seed_kernels else [])]
         imp = [sys.executable, "-m", "kgate", "cache", "import", str(bundle), "--kernel-cache", str(self.root("seeded"))]
-        out = {}
-        for what, cmd in (("export", export), ("import", imp)):
+        out: dict[str, Any] = {"bundle": str(bundle), "given": bool(given)}
+        for what, cmd in ((("import", imp),) if given else (("export", export), ("import", imp))):
             t0 = time.monotonic()
             p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=self.base)
             out[what] = {"command": cmd, "exit_code": p.returncode, "wall_s": round(time.monotonic() - t0, 1),
@@ -327,6 +332,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sdist-cache", default=str(paths.PROJECT / "work" / "cache" / "sdists"),
                    help="pinned sdists, shared by the scenarios")
     p.add_argument("--seed-kernels", action="store_true", help="the seeded bundle carries compiled kernels too")
+    p.add_argument("--seed-bundle", default=None,
+                   help="the seeded scenario imports this bundle (kgate cache export, same stack) instead of one "
+                        "exported from the cold scenario, which it then does not need")
     p.add_argument("--edited-candidate", default=None,
                    help="the rerun's candidate (overlay:<dir>, ref:<ref>, worktree:<path>) instead of the comment edit")
     p.add_argument("--snakemake-arg", action="append", default=[], help="an extra Snakemake argument (repeatable)")
@@ -339,6 +347,8 @@ def main(argv: list[str] | None = None) -> int:
         if "=" not in entry or not key or key in {"campaign", "gpu", "sdist_cache", "force", "candidate"}:
             p.error(f"--set {entry!r}: KEY=VALUE, and not a key the script sets itself "
                     "(campaign, gpu, sdist_cache, force, candidate)")
+    if args.seed_bundle and not Path(args.seed_bundle).is_file():
+        p.error(f"--seed-bundle {args.seed_bundle}: no such file")
     base = Path(args.base)
     if base.exists() and not args.resume:
         raise SystemExit(f"time_to_verdict: {base} exists; pass --resume to continue it, or remove it for a fresh run")

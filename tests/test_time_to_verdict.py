@@ -7,6 +7,7 @@ these check what it parses and what the renderer writes, on small inputs made he
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -148,3 +149,49 @@ def test_a_set_entry_the_script_owns_or_without_a_value_is_refused_before_any_ru
         time_to_verdict.main(["--set", entry, "--base", str(tmp_path / "b"), "--out", str(tmp_path / "r.json")])
     assert f"--set {entry!r}" in capsys.readouterr().err
     assert not (tmp_path / "b").exists() and not (tmp_path / "r.json").exists()
+
+
+def _args(tmp_path: Path, *extra: str) -> object:
+    import argparse
+    ns = argparse.Namespace(campaign="rwkv6-bwd-fusion", gpu="auto", profile="profiles/local", scenarios="seeded",
+                            base=str(tmp_path / "b"), out=str(tmp_path / "b" / "r.json"), limit_min=1.0,
+                            sdist_cache=str(tmp_path / "sd"), seed_kernels=False, seed_bundle=None,
+                            edited_candidate=None, snakemake_arg=[], resume=False, set=[])
+    for e in extra:
+        k, v = e.split("=", 1)
+        setattr(ns, k, v)
+    return ns
+
+
+def test_a_given_bundle_seeds_the_seeded_scenario_without_a_cold_run(tmp_path: Path) -> None:
+    """A bundle made elsewhere (here: exported by kgate's own CLI from a cache of this stack) is imported into
+    the seeded root as it is; nothing is exported from a cold root that does not exist."""
+    from kgate.cache import stack as stack_mod
+    from kgate.cache.store import KernelCache
+    src = KernelCache(tmp_path / "src", stack_mod.detect())
+    src.prepare()
+    (src.triton / "AAAA").mkdir()
+    (src.triton / "AAAA" / "tuned.autotune.json").write_text('{"key": [4096], "configs_timings": []}')
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    made = subprocess.run([sys.executable, "-m", "kgate", "cache", "export", str(tmp_path / "given.tgz"),
+                           "--kernel-cache", str(tmp_path / "src")], env=env, capture_output=True, text=True)
+    assert made.returncode == 0, made.stderr
+    (tmp_path / "b").mkdir()
+    bench = time_to_verdict.Bench(_args(tmp_path, f"seed_bundle={tmp_path / 'given.tgz'}"))
+    seed = bench.seed()
+    assert seed["given"] and "export" not in seed and seed["import"]["exit_code"] == 0, seed
+    assert not (tmp_path / "b" / "kernels-cold").exists()
+    seeded = KernelCache(tmp_path / "b" / "kernels-seeded", stack_mod.detect())
+    assert seeded.census().autotune == 1 and seeded.state(seeded.census()) == "seeded"
+    rec = {**bench.rec, "scenarios": {"seeded": {"seed": seed, "phases": {}, "totals": {}}}}
+    assert "made on another machine of the same stack (`given.tgz`" in render_timing.render(rec)[0]
+    bench.rec["scenarios"] = {"seeded": {"seed": {**seed, "given": False}, "phases": {}, "totals": {}}}
+    assert "another machine" not in render_timing.render(bench.rec)[0]
+
+
+def test_a_missing_seed_bundle_is_refused_before_any_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        time_to_verdict.main(["--scenarios", "seeded", "--seed-bundle", str(tmp_path / "nope.tgz"),
+                              "--base", str(tmp_path / "b"), "--out", str(tmp_path / "r.json")])
+    assert f"--seed-bundle {tmp_path / 'nope.tgz'}: no such file" in capsys.readouterr().err
+    assert not (tmp_path / "b").exists()
