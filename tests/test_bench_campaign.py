@@ -115,7 +115,14 @@ def test_bench_runs_interleaved_rounds_on_identical_inputs(identity) -> None:
     assert rep["rounds_per_worker_pair"] == 1 and [p["rounds"] for p in rep["pairs"]] == [[0], [1], [2], [3], [4]]
     assert len({pid for p in rep["pairs"] for pid in p["pids"].values()}) == 10, "every pair is two fresh processes"
     assert rep["pairs"][0]["ready_s"] is None and all(p["ready_s"] > 0 for p in rep["pairs"][1:])
-    assert all(set(p["phases_s"]) == {"start", "prepare", "warm"} for p in rep["pairs"][1:])
+    for p in rep["pairs"][1:]:
+        ph = p["phases_s"]
+        assert {k for k in ph if "." not in k} == {"start", "prepare", "warm"}
+        # each worker's own init inside the pair's start: torch, the target, the device, each measured
+        for arm in ("base", "cand"):
+            part = {k.rsplit(".", 1)[1]: v for k, v in ph.items() if k.startswith(f"start.{arm}.")}
+            assert set(part) == {"torch", "target", "device", "total"} and part["total"] <= ph["start"] + 0.01
+            assert part["torch"] > 0 and part["torch"] + part["target"] + part["device"] <= part["total"] + 0.01
     assert data["stopping"]["valid_rounds"] == 5 and data["stopping"]["excluded_rounds"] == []
     assert data["calibration"]["rows"] == 3 and set(data["calibration"]) == {"rows", "look", "plain"}
     assert all([(p["pair"], p["rounds"]) for p in row["pairs"]] == [(i, 1) for i in range(5)] for row in data["rows"])

@@ -12,8 +12,11 @@ Method: :class:`WorkerPairs` holds the current pair. Before a round,
 workers at any time), then the stage's ``start`` starts a new pair and its
 ``ready`` prepares and warms it (same device, same input hashes, warm calls
 per row: never inside a round). Each pair's history holds ``ready_s`` (start
-to ready) and ``phases_s``: ``start`` (processes up, environment recorded)
-and whatever phases ``ready`` returns (bench: ``prepare``, inputs made and
+to ready) and ``phases_s``: ``start`` (processes up, environment recorded),
+each worker's own init phases within it (``start.<arm>.torch``, ``.target``,
+``.device``, ``.total``: torch imported, the target imported, the device
+opened; ``start`` less the larger total is the processes' own start-up) and
+whatever phases ``ready`` returns (bench: ``prepare``, inputs made and
 hashed; ``warm``, warm calls), so a slow start says where its time went.
 Pairs are numbered over the whole checkpoint: a resumed run's first pair
 takes the number after the last recorded one
@@ -91,7 +94,9 @@ class WorkerPairs:
             raise
         self.pair += 1
         self.rounds_done = 0
-        self._note_current(time.monotonic() - t0, {"start": started, **phases})
+        init = {f"start.{name}.{k}": v for name, arm in self.arms.items()
+                for k, v in ((arm.info or {}).get("init_phases_s") or {}).items()}
+        self._note_current(time.monotonic() - t0, {"start": started, **init, **phases})
 
     def _close_current(self) -> None:
         for arm in self.arms.values():

@@ -36,6 +36,7 @@ class Setup(Calls):
              cpu_setup: str | None, flush_bytes: int | None, env_record: list[str],
              writes_inputs: bool = False) -> dict[str, Any]:
         s = self.s
+        t0 = time.monotonic()
         s.writes_inputs = bool(writes_inputs)
         interp_record = None
         setup_result = None
@@ -45,6 +46,7 @@ class Setup(Calls):
             interp_record = interp.install()
         import torch
 
+        t_torch = time.monotonic()
         s.torch = torch
         tuning.install()
         self._install_recorders(cpu)
@@ -63,6 +65,7 @@ class Setup(Calls):
         s.make_inputs = runpy.run_path(inputs_file, run_name="kgate_bench_inputs").get("make_inputs")
         if not callable_(s.make_inputs):
             raise ValueError(f"{inputs_file} defines no make_inputs(row, *, device, dtype, seed)")
+        t_target = time.monotonic()
         s.dtype = getattr(torch, dtype)
         s.seed = int(seed)
         s.differentiate = tuple(differentiate)
@@ -84,6 +87,7 @@ class Setup(Calls):
             s.flush_bytes = int(flush_bytes or 8 * 2**20)
             s.flush_buf = torch.empty(s.flush_bytes // 4, dtype=torch.int32)
             flush_method = f"torch zero_() of {s.flush_bytes} bytes (CPU: no L2 semantics)"
+        t_device = time.monotonic()
         env = {k: v for k, v in sorted(os.environ.items())
                if any(fnmatch.fnmatchcase(k, p) for p in env_record) or k in ("PYTHONPATH", "TRITON_CACHE_DIR")}
         import triton
@@ -98,6 +102,10 @@ class Setup(Calls):
             "flush": {"bytes": s.flush_bytes, "method": flush_method},
             "timer": "cuda events" if s.cuda else "time.perf_counter (CPU interpreter: not meaningful)",
             "cwd": os.getcwd(),
+            # where a slow start went: torch imported (with the interpreter shim on CPU), the target's callable and
+            # input generator imported (its CPU setup included), the device opened and the flush buffer made
+            "init_phases_s": {"torch": round(t_torch - t0, 3), "target": round(t_target - t_torch, 3),
+                              "device": round(t_device - t_target, 3), "total": round(time.monotonic() - t0, 3)},
         }
         # everything imported so far is permanent: the per-call collections only walk what calls create
         gc.collect()
