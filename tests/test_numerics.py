@@ -81,3 +81,20 @@ def test_a_call_moved_elsewhere_without_its_setting_is_flagged() -> None:
     """The dot count stays (one removed, a bare one added): the setting did not leave with its call."""
     cand = MASKED.replace("tl.dot(tl.trans(m_s), b_s, allow_tf32=False)", "tl.dot(tl.trans(m_s), b_s)")
     assert len(numerics.compare(MASKED, cand, "cumsum.py")) == 2
+
+
+def test_a_tolerance_is_a_number_written_in_code_not_a_name_passed_on() -> None:
+    """fla's attnres change (#916) passes ``eps=eps`` to one more kernel: no tolerance changed, nothing flagged
+    (the rule once read the name's first letter as a number). Literal values, also as annotated defaults, are."""
+    base = "def f(x, eps: float = 1e-6):\n    return k(x, eps=eps)\n"
+    passed_on = base + "def g(x, eps: float = 1e-6):\n    return k2(x, eps=eps, rtol=rtol)\n"
+    assert numerics.diff(base, base.replace("return k(", "return k3("), "f.py").flagged == ()
+    found = numerics.compare(base, passed_on, "f.py")
+    assert found == ["f.py:3: tolerance added (eps:float=1e-6, 1 -> 2)"], found
+    loosened = base.replace("eps: float = 1e-6", "eps: float = 1e-2")
+    assert numerics.compare(base, loosened, "f.py") == [
+        "f.py:1: tolerance added (eps:float=1e-2, 0 -> 1)", "f.py:1 (BENCH_BASE): tolerance removed (eps:float=1e-6, 1 -> 0)"]
+    for text in ("atol=.5", "rtol = 2e-3", "tol=+1E-4", "eps=0"):
+        assert numerics.compare(base, base + f"y = h({text})\n", "f.py"), text
+    for text in ("eps=eps", "atol=self.atol", "rtol=e", "eps=eps_value"):
+        assert numerics.compare(base, base + f"y = h({text})\n", "f.py") == [], text

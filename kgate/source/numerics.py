@@ -47,7 +47,10 @@ RULES: dict[str, str] = {
                  r"(tl|libdevice|math)\.\w*fast_\w+|(tl|libdevice|math)\.\w*approx\w*)",
     "low_precision_accumulator": r"\b(out_dtype\s*=\s*[\w.]+|max_num_imprecise_acc\s*=\s*[^,)\n]+|"
                                  r"tl\.zeros\([^)\n]*dtype\s*=\s*tl\.(float16|bfloat16|float8\w*)\))",
-    "tolerance": r"\b(atol|rtol|eps|tol)\s*=\s*[-+0-9.eE]+",
+    # a number written as the value, also as an annotated default (``eps: float = 1e-6``); a name passed on
+    # (``eps=eps``) is no setting: its value is set where it is written
+    "tolerance": r"\b(atol|rtol|eps|tol)\s*(?::\s*[\w.]+(?:\[[^\]=\n]*\])?\s*)?=\s*"
+                 r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?(?![\w.])",
 }
 _COMPILED = {name: re.compile(rx) for name, rx in RULES.items()}
 #: keyword arguments that set the numerics of the one call they are passed to
