@@ -113,12 +113,15 @@ for name in names:
 print("KGATE-REGISTRY " + json.dumps(out))
 """
 
-_FLA_INPUTS = '''"""Inputs of ``{callable}`` for kgate's timed stages, from the target's own benchmark registry.
+_FLA_INPUTS = '''"""Inputs for kgate's timed stages, from the target's own benchmark registry.
+
+Op: ``{callable}``
+Registry: ``{file}``, entry ``{op}``
 
 Written by ``kgate init`` (campaign data, not kgate code). Named by the campaign's ``measure.inputs`` and loaded
 inside each arm's worker, whose working folder is the arm's worktree. ``make_inputs(row, *, device, dtype,
-seed)`` builds the op's inputs with the registry's own input factory (``generate_inputs`` of ``{file}``, entry
-``{op}``: its shapes, transforms and gradients) under a forked torch RNG seeded with ``seed``, so both arms draw
+seed)`` builds the op's inputs with the registry's own input factory (its ``generate_inputs``: the entry's
+shapes, transforms and gradients) under a forked torch RNG seeded with ``seed``, so both arms draw
 bit-identical tensors (kgate hashes them), and passes them with the entry's constant keyword arguments.
 """
 
