@@ -35,7 +35,7 @@ from typing import Any
 
 from kgate import campaign_checks, device, epochs, paths, protocol
 from kgate.campaign import Campaign, validate
-from kgate.errors import IncompleteData
+from kgate.errors import ConfigError, IncompleteData
 from kgate.records import read_record
 from kgate.source import candidate
 
@@ -80,6 +80,9 @@ def resolve(config: dict[str, Any]) -> Run:
     gpu = cfg.get("gpu", "auto")
     if gpu == "auto":
         gpu = device.detect().klass
+    why = (camp.data.get("gate") or {}).get("cpu_unavailable")
+    if gpu == "cpu" and why:
+        raise ConfigError(f"{camp.path}: key 'gate.cpu_unavailable': campaign {camp.name} does not run on CPU: {why}")
     new_epoch = _flag(cfg.get("new_epoch", False))
     epoch = epochs.check(camp, new_epoch).epoch
     cand = candidate.identity(camp)

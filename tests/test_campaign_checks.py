@@ -283,3 +283,41 @@ def test_the_profiled_call_follows_the_gated_mode_unless_set(tmp_path: Path) -> 
     campaign_checks.load(write(tmp_path, lambda d: (fwd_bar(d), d["profile"].update(mode="fwd"))))
     msg = refused(write(tmp_path, lambda d: (fwd_bar(d), d["profile"].update(mode="fwdbwd"))))
     assert "key 'profile.mode': fwdbwd, but bench.modes.gated is fwd" in msg, msg
+
+
+def _dry_run(tmp_path: Path, *config: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PATH=str(Path(sys.executable).parent) + os.pathsep + os.environ["PATH"])
+    env.pop("PYTHONPATH", None)
+    return subprocess.run([sys.executable, "-m", "snakemake", "-n", "-s", str(REPO / "Snakefile"),
+                           "-d", str(tmp_path / "wd"), "--profile", str(REPO / "profiles/local"),
+                           "--config", *config], capture_output=True, text=True, env=env, timeout=300)
+
+
+def _one_error_line(proc: subprocess.CompletedProcess[str]) -> str:
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out
+    lines = [ln for ln in out.splitlines() if ln.startswith("kgate: error:")]
+    assert len(lines) == 1 and "Traceback" not in out, out
+    return lines[0]
+
+
+def test_a_campaign_that_cannot_run_on_cpu_is_refused_there_with_its_reason_and_runs_on_gpus(tmp_path: Path) -> None:
+    why = "the target refuses CPU tensors"
+    path = write(tmp_path, lambda d: d["gate"].update(cpu_unavailable=why))
+    line = _one_error_line(_dry_run(tmp_path, f"campaign={path}", "gpu=cpu"))
+    assert line == (f"kgate: error: {path}: key 'gate.cpu_unavailable': campaign rwkv6-bwd-fusion does not run on "
+                    f"CPU: {why}")
+    ok = _dry_run(tmp_path, f"campaign={path}", "gpu=h200")
+    assert ok.returncode == 0 and "kgate: error" not in ok.stdout + ok.stderr, ok.stdout + ok.stderr
+    assert not (tmp_path / "wd" / "results").exists()
+    with pytest.raises(ConfigError, match="gate.cpu_unavailable"):
+        campaign_checks.load(write(tmp_path, lambda d: d["gate"].update(cpu_unavailable="")))
+
+
+def test_a_ref_candidate_whose_clone_is_missing_is_one_line_naming_the_key(tmp_path: Path) -> None:
+    """The target clone a ``ref:`` candidate's diff is read from is not there: the DAG build says which key, once."""
+    path = write(tmp_path, lambda d: d["target"]["repo"].update(path=str(tmp_path / "no-clone")),
+                 CAMPAIGNS / "fla-attnres-read-once-916.yaml")
+    line = _one_error_line(_dry_run(tmp_path, f"campaign={path}", "gpu=h200"))
+    assert line == (f"kgate: error: key 'target.repo.path' (or --config target_path=<clone>): {tmp_path / 'no-clone'} "
+                    "is not a folder: the candidate's diff is read from it")

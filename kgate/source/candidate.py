@@ -42,6 +42,10 @@ def _user_path(value: str) -> Path:
 def _diff_against(path: Path, base: str, tip: str | None, only: list[str] | None = None) -> tuple[str, list[str]]:
     """(patch, untracked files) of ``path`` relative to ``base``; tip None = working tree; ``only``: the
     pathspecs the diff is restricted to (``candidate.diff_paths``), None = everything."""
+    if not path.is_dir():
+        key = ("'target.repo.path' (or --config target_path=<clone>)" if tip is not None
+               else "'candidate.worktree' (or --config candidate=worktree:<folder>)")
+        raise ConfigError(f"key {key}: {path} is not a folder: the candidate's diff is read from it")
     if git.git("cat-file", "-t", base, cwd=path, check=False).strip() != "commit":
         raise ConfigError(f"key 'candidate': {path} does not contain the baseline commit {base}")
     spec = ["--", *only] if only else []
