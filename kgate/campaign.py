@@ -169,6 +169,15 @@ class Campaign:
         p = Path(self.data["target"]["repo"]["path"]).expanduser()
         return p if p.is_absolute() else paths.PROJECT / p
 
+    def existing_repo_path(self) -> Path:
+        """:attr:`repo_path`, refused with one line naming the key when no folder is there (the clone is read at
+        DAG build for a ``ref:`` candidate's diff, and by the target stage)."""
+        p = self.repo_path
+        if not p.is_dir():
+            raise ConfigError(f"key 'target.repo.path' (or --config target_path=<clone>): {p} is not a folder: "
+                              "clone the target there")
+        return p
+
     @property
     def target_identity(self) -> str:
         """``git:<sha>`` or ``pypi:<requirement>``: selects overlay variants."""

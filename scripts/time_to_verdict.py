@@ -65,6 +65,7 @@ from kgate import campaign as campaign_mod  # noqa: E402
 from kgate import device, paths, protocol  # noqa: E402
 from kgate.cache import stack as stack_mod  # noqa: E402
 from kgate.records import write_json  # noqa: E402
+from kgate.source import git  # noqa: E402
 from kgate.testrun import runner  # noqa: E402
 
 SCHEMA = "kgate.time-to-verdict/1"
@@ -168,14 +169,15 @@ def edited_candidate(camp: campaign_mod.Campaign, dest: Path) -> str:
 
 
 def edited_ref(camp: campaign_mod.Campaign, ref: str, dest: Path) -> str:
-    clone = camp.repo_path
-    if dest.exists():
-        shutil.rmtree(dest)
-    for cmd in (["git", "clone", "-q", "--shared", "--no-checkout", str(clone), str(dest)],
-                ["git", "-C", str(dest), "checkout", "-q", "--detach", ref]):
-        done = subprocess.run(cmd, capture_output=True, text=True)
-        if done.returncode != 0:
-            raise SystemExit(f"time_to_verdict: {' '.join(cmd)}: {done.stderr.strip()}")
+    """The ref checked out at ``dest`` as a worktree of a bare shared clone beside it (``<dest>.git``), as the
+    target stage clones a target (``kgate.source.git``: a shallow clone's objects are borrowed, not packed)."""
+    clone = camp.existing_repo_path()
+    bare = dest.with_name(dest.name + ".git")
+    git.clone_shared(clone, bare)
+    sha = git.git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}", cwd=bare, check=False).strip()
+    if not sha:
+        raise SystemExit(f"time_to_verdict: {ref} is no commit of {clone}")
+    git.reset_worktree(bare, dest, sha)
     files = [f for f in camp.data["candidate"].get("diff_paths") or [] if f.endswith(".py") and (dest / f).is_file()]
     if not files:
         raise SystemExit(f"time_to_verdict: candidate.diff_paths names no Python file at {ref}: pass --edited-candidate")
@@ -320,7 +322,7 @@ def totals(phases: dict[str, dict[str, Any]]) -> dict[str, float | None]:
             "rerun_after_edit_s": rerun}
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--campaign", default="rwkv6-bwd-fusion", help="campaign name or file (default: the default campaign)")
     p.add_argument("--gpu", default="auto", help="device class (default: this machine's)")
@@ -341,6 +343,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--resume", action="store_true", help="keep the phases --out holds that ended; rerun cut ones")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="an extra Snakemake --config entry for every phase, e.g. target_path=<clone> (repeatable)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser()
     args = p.parse_args(argv)
     for entry in args.set:
         key = entry.partition("=")[0]

@@ -320,4 +320,4 @@ def test_a_ref_candidate_whose_clone_is_missing_is_one_line_naming_the_key(tmp_p
                  CAMPAIGNS / "fla-attnres-read-once-916.yaml")
     line = _one_error_line(_dry_run(tmp_path, f"campaign={path}", "gpu=h200"))
     assert line == (f"kgate: error: key 'target.repo.path' (or --config target_path=<clone>): {tmp_path / 'no-clone'} "
-                    "is not a folder: the candidate's diff is read from it")
+                    "is not a folder: clone the target there")

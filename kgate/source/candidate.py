@@ -34,18 +34,18 @@ class Materialized:
     touched: list[str]
 
 
-def _user_path(value: str) -> Path:
+def _worktree_path(value: str) -> Path:
+    """A ``worktree:`` candidate's folder (relative: from the kgate checkout), refused when it is not one."""
     p = Path(value).expanduser()
-    return p if p.is_absolute() else (paths.PROJECT / p)
+    p = p if p.is_absolute() else (paths.PROJECT / p)
+    if not p.is_dir():
+        raise ConfigError(f"key 'candidate.worktree' (or --config candidate=worktree:<folder>): {p} is not a folder")
+    return p
 
 
 def _diff_against(path: Path, base: str, tip: str | None, only: list[str] | None = None) -> tuple[str, list[str]]:
     """(patch, untracked files) of ``path`` relative to ``base``; tip None = working tree; ``only``: the
     pathspecs the diff is restricted to (``candidate.diff_paths``), None = everything."""
-    if not path.is_dir():
-        key = ("'target.repo.path' (or --config target_path=<clone>)" if tip is not None
-               else "'candidate.worktree' (or --config candidate=worktree:<folder>)")
-        raise ConfigError(f"key {key}: {path} is not a folder: the candidate's diff is read from it")
     if git.git("cat-file", "-t", base, cwd=path, check=False).strip() != "commit":
         raise ConfigError(f"key 'candidate': {path} does not contain the baseline commit {base}")
     spec = ["--", *only] if only else []
@@ -76,11 +76,11 @@ def identity(c: Campaign) -> str:
     base = _baseline_for_diff(c)
     h = hashlib.sha256()
     if src.kind == "ref":
-        repo = c.repo_path
+        repo = c.existing_repo_path()
         patch, _ = _diff_against(repo, base, src.value, _diff_paths(c))
         h.update(patch.encode())
     else:
-        wt = _user_path(src.value)
+        wt = _worktree_path(src.value)
         patch, untracked = _diff_against(wt, base, None, _diff_paths(c))
         h.update(patch.encode())
         for f in untracked:
@@ -96,11 +96,11 @@ def materialize(c: Campaign, worktree: Path) -> Materialized:
         return Materialized("overlay", src.value, overlay.apply(variant, worktree))
     base = _baseline_for_diff(c)
     if src.kind == "ref":
-        patch, untracked = _diff_against(c.repo_path, base, src.value,
+        patch, untracked = _diff_against(c.existing_repo_path(), base, src.value,
                                          _diff_paths(c))
         origin = None
     else:
-        origin = _user_path(src.value)
+        origin = _worktree_path(src.value)
         patch, untracked = _diff_against(origin, base, None, _diff_paths(c))
     if patch.strip():
         git.git("apply", "--3way", "--whitespace=nowarn", "-", cwd=worktree, input_text=patch)

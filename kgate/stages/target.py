@@ -68,9 +68,7 @@ def materialize_pypi(c: Campaign, repo: Path, cache: Path) -> dict[str, Any]:
 
 def materialize_repo(c: Campaign, repo: Path) -> dict[str, Any]:
     spec = c.data["target"]["repo"]
-    src = c.repo_path
-    if not src.exists():
-        raise TargetError(f"target.repo.path: '{src}' does not exist (set --config target_path=<your clone>)")
+    src = c.existing_repo_path()
     git.clone_shared(src, repo)
     if not git.has_commit(repo, spec["baseline"]):
         git.git("--git-dir", str(repo), "fetch", "--quiet", "--no-tags", str(src), check=False)
