@@ -29,6 +29,13 @@ can allocate. A CUDA error these calls raise (one a test left behind) is
 recorded as the test's ``gpu_memory_error``, never raised into pytest. Limits:
 one device per process (the current one); kernels still running
 asynchronously at a teardown are not waited for.
+
+Compiling ahead: with ``--kgate-compile-slots DIR:N`` every autotuner compiles
+its configs on up to N threads before it benchmarks them
+(``kgate.testrun.parallel_compile``); the record says whether that was
+installed (``compile_ahead``), and each test's entry what was compiled ahead
+while it ran (``compile_ahead_misses``, ``compile_ahead_configs``,
+``compile_ahead_wall_s``; none when nothing was).
 """
 
 from __future__ import annotations
@@ -43,12 +50,14 @@ from typing import Any
 
 import pytest
 
-from kgate.testrun import numerics_plugin, tuning
+from kgate.testrun import numerics_plugin, parallel_compile, tuning
 from kgate.testrun.interp_gaps import UNAVAILABLE
 
 _MAX_MSG = 4000
 #: user property carrying a test's GPU memory peaks from the process that ran it to the recorder
 GPU_MEMORY = "kgate_gpu_memory"
+#: user property carrying what a test compiled ahead (kgate.testrun.parallel_compile)
+COMPILE_AHEAD = "kgate_compile_ahead"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -57,6 +66,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      "earlier attempt finished: deselected here (kgate.testrun.resume).")
     parser.addoption("--kgate-env", default="", help="Comma-separated glob patterns of variables to record at the "
                                                      "end of the session (kgate.gates.env).")
+    parser.addoption("--kgate-compile-slots", default=None, help="DIR:N: autotuners compile their configs on up "
+                     "to N threads, sharing N lock files in DIR (kgate.testrun.parallel_compile).")
 
 
 class _Recorder:
@@ -114,9 +125,9 @@ class _Recorder:
             t["outcome"] = "error"
         elif report.skipped and report.when == "setup":
             t["outcome"] = "xfailed" if hasattr(report, "wasxfail") else "skipped"
-        memory = dict(report.user_properties).get(GPU_MEMORY)
-        if memory:
-            t.update(memory)
+        for prop in (GPU_MEMORY, COMPILE_AHEAD):
+            if dict(report.user_properties).get(prop):
+                t.update(dict(report.user_properties)[prop])
         changes = dict(report.user_properties).get(numerics_plugin.PROPERTY)
         if changes:
             t.setdefault("numerics", {})[report.when] = changes
@@ -176,6 +187,8 @@ def _cuda() -> Any:
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> Any:
     """After a test's teardown: its GPU memory peaks onto the report, cached blocks returned, peaks reset."""
     report = yield
+    if call.when == "teardown":
+        _compile_ahead(report)
     cuda = _cuda() if call.when == "teardown" else None
     if cuda is None:
         return report
@@ -192,6 +205,21 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> 
         memory["gpu_memory_error"] = f"{type(exc).__name__}: {exc}"[:_MAX_MSG // 10]
     report.user_properties.append((GPU_MEMORY, memory))
     return report
+
+
+_AHEAD_SEEN: dict[str, float] = {}
+
+
+def _compile_ahead(report: pytest.TestReport) -> None:
+    """What this process compiled ahead since the previous test's teardown, onto the report (nothing when
+    nothing was)."""
+    now = dict(parallel_compile.TALLY)
+    delta = {k: v - _AHEAD_SEEN.get(k, 0) for k, v in now.items()}
+    _AHEAD_SEEN.update(now)
+    if delta["misses"]:
+        report.user_properties.append((COMPILE_AHEAD, {
+            "compile_ahead_misses": int(delta["misses"]), "compile_ahead_configs": int(delta["configs"]),
+            "compile_ahead_wall_s": round(delta["wall_s"], 3)}))
 
 
 def worker_paths(path: Path) -> list[Path]:
@@ -253,6 +281,14 @@ def pytest_configure(config: pytest.Config) -> None:
     # before any test runs: every autotuner's picks keyed by the constexprs it runs with, and the gate's picks
     # (tuned with other test processes on the GPU) kept from the timed stages' (kgate.testrun.tuning)
     tuning.install(namespace="gate")
+    ahead: dict[str, Any] | None = None
+    slots = config.getoption("--kgate-compile-slots")
+    if slots:
+        folder, n = parallel_compile.parse(slots)
+        ahead = {"slots": n, "installed": parallel_compile.install(folder, n)}
     path = config.getoption("--kgate-outcomes")
     if path:
-        config.pluginmanager.register(_Recorder(Path(path).resolve(), config), "kgate-recorder")
+        recorder = _Recorder(Path(path).resolve(), config)
+        if ahead is not None:
+            recorder.state["compile_ahead"] = ahead
+        config.pluginmanager.register(recorder, "kgate-recorder")

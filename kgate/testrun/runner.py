@@ -29,6 +29,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -67,6 +68,9 @@ class GateSpec:
     restore_env: tuple[str, ...] = ()
     #: what the kernel cache sets besides TRITON_CACHE_DIR (``kgate.cache.store.KernelCache.env``)
     cache_env: tuple[tuple[str, str], ...] = ()
+    #: configs an autotuner may compile at once, all workers together (``kgate.testrun.parallel_compile``;
+    #: 0: one at a time, as Triton does; never under the interpreter, which compiles nothing)
+    compile_slots: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,7 +279,9 @@ def _run_once(spec: GateSpec, worktree: Path, out_dir: Path, triton_cache: Path,
     run_cmd = [*cmd, f"--kgate-skip-ids={skip_file}"] if skip_file else cmd
     start = time.time()
     timed_out = False
-    with log.open("w") as fh:
+    with _compile_slots(spec) as slots, log.open("w") as fh:
+        # the slots' folder is the run's own: not part of the attempt's key (kgate.testrun.resume)
+        run_cmd = [*run_cmd, f"--kgate-compile-slots={slots}"] if slots else run_cmd
         fh.write("$ " + " ".join(run_cmd) + "\n")
         if carried:
             fh.write(f"kgate: {len(carried)} test(s) carried over from an interrupted attempt of the same commit "
@@ -319,6 +325,17 @@ def _run_once(spec: GateSpec, worktree: Path, out_dir: Path, triton_cache: Path,
                    env={k: env[k] for k in ("PYTHONPATH", "TRITON_CACHE_DIR", "TRITON_INTERPRET") if k in env},
                    log=str(log), outcomes_path=str(outcomes), junit_path=str(junit), interp=interp,
                    test_env=state.get("env", {}), carried=tuple(carried), numerics_state=state.get("numerics_state"))
+
+
+@contextlib.contextmanager
+def _compile_slots(spec: GateSpec) -> Iterator[str | None]:
+    """``DIR:N`` for ``--kgate-compile-slots`` (a folder of this run's own, removed after it), or None when
+    the run compiles one config at a time (``compile_slots`` 0, or the interpreter)."""
+    if spec.cpu or spec.compile_slots < 1:
+        yield None
+        return
+    with tempfile.TemporaryDirectory(prefix="kgate-compile-slots-") as folder:
+        yield f"{folder}:{spec.compile_slots}"
 
 
 @contextlib.contextmanager

@@ -1,0 +1,177 @@
+"""An autotuner's configs compiled side by side before it benchmarks them, in gate runs on a GPU.
+
+Why: on a cache miss Triton's autotuner benchmarks its configs one after another, and each config's first
+launch compiles it, so a cold gate test spends most of its time compiling one kernel at a time (the
+default campaign's cold baseline_tests on an H100: 5575 kernels for 220 picks, 185-698 s a test, the
+busiest of 14 workers 938 s while the compile work summed to 8504 s: docs/cache.md). Threads let one test
+use the cores that workers which have finished leave idle.
+
+Method: :func:`install` wraps two methods of Triton's ``Autotuner``. ``prune_configs``, which ``run``
+calls only when it holds no pick for the call's key, notes the configs it keeps. ``_bench``, called only
+when those configs are really benchmarked (a pick read from the disk cache benchmarks none), first
+compiles every noted config: each as a launch with ``warmup=True`` (arguments bound and specialised exactly
+as the benchmark's launch will be, compiled on a miss, nothing launched) under Triton's
+``AsyncCompileMode``, whose executor here is a thread pool; leaving that mode files each compiled kernel in
+the JIT function's cache, where the benchmark then finds it. Every compile holds one of ``slots`` lock
+files (``fcntl.flock``) in a folder shared by the run's workers, so one gate run never compiles more than
+``slots`` configs this way at once (beside each worker's own one-at-a-time compiles); ``slots`` is the
+run's usable cores.
+
+What does not change: which configs are benchmarked, in which order, how, and the pick; the compiled
+kernels (same source, options and specialisation, so the same cache entries). A config whose compile
+fails in a thread is left uncompiled (``ignore_errors``) and fails again at its own benchmark launch,
+where the autotuner handles it as it always did.
+
+Limits: threads of one process take turns for the Python parts of a compile (code generation from the
+kernel's AST), so one process gains less than its thread count (measured on 2 CPU cores compiling for
+sm_90 without a GPU: ``scripts/bench_parallel_compile.py``); Triton without ``AsyncCompileMode`` gets
+nothing (:func:`install` returns False); under the interpreter nothing is compiled, so it is never
+installed there; a config whose ``pre_hook`` changes what later configs compile to is compiled before
+the hook runs (Triton's own ``Autotuner.warmup`` does the same).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import importlib.util
+import os
+import random
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from kgate.errors import KgateError
+
+_MARK = "_kgate_parallel_compile"
+#: the configs ``prune_configs`` kept for the benchmark that follows (an attribute of the autotuner)
+_PENDING = "_kgate_pending_configs"
+#: seconds between two looks for a free slot
+_POLL_S = 0.05
+#: what this process did: autotuner misses compiled ahead, configs submitted, seconds spent doing it
+TALLY: dict[str, float] = {"misses": 0, "configs": 0, "wall_s": 0.0}
+
+
+def parse(value: str) -> tuple[Path, int]:
+    """``DIR:N`` (the plugin option) as (folder, slots); a bad value is one line naming the option."""
+    folder, _, n = value.rpartition(":")
+    try:
+        slots = int(n)
+    except ValueError:
+        slots = 0
+    if not folder or slots < 1:
+        raise KgateError(f"--kgate-compile-slots: {value!r} is not DIR:N with N >= 1")
+    return Path(folder), slots
+
+
+@contextlib.contextmanager
+def slot(folder: Path, slots: int) -> Iterator[int]:
+    """Hold one of ``slots`` lock files in ``folder`` (shared by processes) until the block ends; waits for
+    a free one. Yields its number."""
+    folder.mkdir(parents=True, exist_ok=True)
+    order = list(range(slots))
+    while True:
+        random.shuffle(order)
+        for i in order:
+            fd = os.open(folder / f"slot-{i}", os.O_RDWR | os.O_CREAT, 0o666)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            try:
+                yield i
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                os.close(fd)
+            return
+        time.sleep(_POLL_S)
+
+
+class SlotExecutor(ThreadPoolExecutor):
+    """A thread pool whose every task runs while holding a slot (:func:`slot`)."""
+
+    def __init__(self, threads: int, folder: Path, slots: int) -> None:
+        super().__init__(max_workers=threads, thread_name_prefix="kgate-compile")
+        self._folder, self._slots = folder, slots
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        def held() -> Any:
+            with slot(self._folder, self._slots):
+                return fn(*args, **kwargs)
+        return super().submit(held)
+
+
+def compile_ahead(tuner: Any, configs: list[Any], args: tuple[Any, ...], meta: dict[str, Any],
+                  folder: Path, slots: int) -> int:
+    """Compile ``configs`` of ``tuner`` for the call ``(args, meta)`` on up to ``slots`` threads, without
+    launching (module docstring); the number of configs submitted. Nothing when another
+    ``AsyncCompileMode`` is active (a target's own) or fewer than two configs are given."""
+    from triton.runtime import _async_compile
+
+    if len(configs) < 2 or _async_compile.active_mode.get() is not None:
+        return 0
+    start = time.monotonic()
+    call = {k: v for k, v in meta.items() if k != "warmup"}
+    with SlotExecutor(min(slots, len(configs)), folder, slots) as pool:
+        with _async_compile.AsyncCompileMode(pool, ignore_errors=True):
+            for config in configs:
+                if meta.keys() & config.kwargs.keys():
+                    continue  # the benchmark refuses this config itself, with its own message
+                tuner.fn.run(*args, warmup=True, **call, **config.all_kwargs())
+    TALLY["misses"] += 1
+    TALLY["configs"] += len(configs)
+    TALLY["wall_s"] += time.monotonic() - start
+    return len(configs)
+
+
+def available() -> bool:
+    """Whether this process's Triton can compile asynchronously (``triton.runtime._async_compile``)."""
+    return importlib.util.find_spec("triton") is not None and \
+        importlib.util.find_spec("triton.runtime._async_compile") is not None
+
+
+def installed() -> tuple[Path, int] | None:
+    """The (folder, slots) this process's autotuners compile ahead with; None when not installed."""
+    if importlib.util.find_spec("triton") is None:
+        return None
+    from triton.runtime.autotuner import Autotuner
+
+    return getattr(Autotuner._bench, _MARK, None)
+
+
+def install(folder: Path, slots: int) -> bool:
+    """Make every autotuner of this process compile its configs ahead of a benchmark (module docstring).
+    Idempotent for the same (folder, slots); another pair is refused. False when Triton cannot compile
+    asynchronously (nothing installed)."""
+    if slots < 1:
+        raise KgateError(f"parallel compile: {slots} slots")
+    if not available():
+        return False
+    from triton.runtime.autotuner import Autotuner
+
+    current = installed()
+    if current is not None:
+        if current != (folder, slots):
+            raise KgateError(f"parallel compile already installed with {current}, not {(folder, slots)}")
+        return True
+    prune, bench = Autotuner.prune_configs, Autotuner._bench
+
+    def prune_configs(self: Any, kwargs: dict[str, Any]) -> Any:
+        kept = prune(self, kwargs)
+        setattr(self, _PENDING, list(kept))
+        return kept
+
+    def _bench(self: Any, *args: Any, config: Any, **meta: Any) -> Any:
+        pending = getattr(self, _PENDING, None)
+        if pending:
+            setattr(self, _PENDING, None)
+            compile_ahead(self, pending, args, meta, folder, slots)
+        return bench(self, *args, config=config, **meta)
+
+    setattr(_bench, _MARK, (folder, slots))
+    Autotuner.prune_configs = prune_configs  # type: ignore[method-assign]
+    Autotuner._bench = _bench  # type: ignore[method-assign]
+    return True

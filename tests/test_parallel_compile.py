@@ -1,0 +1,142 @@
+"""Compiling an autotuner's configs ahead, side by side (kgate.testrun.parallel_compile).
+
+The autotuner tests run Triton's real autotuner and compiler (for sm_90, with ptxas) in a subprocess whose
+CUDA driver is a named fake (tests/data/no_gpu/autotune_ahead.py: no GPU exists here, nothing is launched).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from kgate.errors import KgateError
+from kgate.testrun import parallel_compile, runner
+
+SCRIPT = Path(__file__).parent / "data" / "no_gpu" / "autotune_ahead.py"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _autotune(tmp_path: Path, mode: str, *extra: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_CACHE_DIR"] = str(tmp_path / f"cache-{mode}")
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    out = subprocess.run([sys.executable, str(SCRIPT), mode, *extra], env=env, capture_output=True, text=True,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def triton_cuda() -> None:
+    pytest.importorskip("triton")
+    pytest.importorskip("triton.backends.nvidia.driver")
+    if not parallel_compile.available():
+        pytest.skip("this Triton has no AsyncCompileMode")
+
+
+def test_every_config_is_compiled_before_the_first_benchmark_and_the_pick_is_unchanged(tmp_path, triton_cuda):
+    plain = _autotune(tmp_path, "plain")
+    ahead = _autotune(tmp_path, "ahead")
+    # Triton alone compiles each config at its own benchmark launch: 0, 1, ... kernels there before it
+    assert plain["compiled_at_bench"] == list(range(8))
+    # compiled ahead: all eight are there when the first benchmark starts
+    assert ahead["compiled_at_bench"] == [8] * 8
+    assert ahead["compiled"] == plain["compiled"] == 8
+    assert ahead["pick"] == plain["pick"]
+    assert ahead["tally"]["configs"] == 8
+
+
+def test_a_pick_read_from_disk_compiles_nothing_ahead(tmp_path, triton_cuda):
+    ahead = _autotune(tmp_path, "ahead")
+    # the second call found the pick on disk: nothing benchmarked, and the one miss is the first call's
+    assert ahead["again"] == {"pick": ahead["pick"], "compiled_at_bench": []}
+    assert ahead["tally"]["misses"] == 1
+
+
+def test_a_config_that_cannot_compile_fails_at_its_benchmark_as_before(tmp_path, triton_cuda):
+    plain = _autotune(tmp_path, "plain", "bad")
+    ahead = _autotune(tmp_path, "ahead", "bad")
+    assert plain["error"] == ahead["error"] == "CompilationError"
+    # the twelve configs were submitted; the four of BLOCK=3 failed in the pool and again at their launch
+    assert ahead["tally"]["configs"] == 12
+    assert ahead["compiled_at_bench"][0] == 8 and plain["compiled_at_bench"][0] == 0
+
+
+_HOLDER = textwrap.dedent("""
+    import sys, threading, time
+    from pathlib import Path
+    from kgate.testrun.parallel_compile import slot
+    folder, slots, out = Path(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3])
+    def hold():
+        with slot(folder, slots):
+            t0 = time.monotonic_ns()
+            time.sleep(0.3)
+            with out.open("a") as fh:
+                fh.write(f"{t0} {time.monotonic_ns()}\\n")
+    threads = [threading.Thread(target=hold) for _ in range(3)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+""")
+
+
+def test_slots_bound_the_compiles_of_all_processes_together(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    procs = [subprocess.Popen([sys.executable, "-c", _HOLDER, str(tmp_path / "slots"), "2",
+                               str(tmp_path / f"held-{i}")], env=env) for i in range(2)]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0]
+    spans = [tuple(map(int, line.split())) for i in range(2) for line in (tmp_path / f"held-{i}").read_text().split("\n")
+             if line]
+    assert len(spans) == 6
+    edges = sorted([(a, 1) for a, _ in spans] + [(b, -1) for _, b in spans], key=lambda e: (e[0], e[1]))
+    level, most = 0, 0
+    for _, step in edges:
+        level += step
+        most = max(most, level)
+    # six holders in two processes, two slots: never more than two at once, and two at once did happen
+    assert most == 2
+
+
+def test_a_bad_slots_option_is_one_line_naming_it():
+    for value in ("/tmp/x:0", "/tmp/x", ":3", "/tmp/x:n"):
+        with pytest.raises(KgateError, match="--kgate-compile-slots"):
+            parallel_compile.parse(value)
+    assert parallel_compile.parse("/tmp/a:b:4") == (Path("/tmp/a:b"), 4)
+
+
+def _spec(**kw) -> runner.GateSpec:
+    base = dict(tests=("t",), select=None, pytest_args=(), forbid_env=(), python_path=(".",), cpu=False,
+                cpu_setup=None, test_timeout_s=1, run_timeout_s=1)
+    return runner.GateSpec(**{**base, **kw})
+
+
+def test_the_runner_gives_a_gpu_run_its_own_slots_folder_and_the_interpreter_none():
+    assert runner._compile_slots(_spec(compile_slots=4, cpu=True)).__enter__() is None
+    with runner._compile_slots(_spec(compile_slots=0)) as none:
+        assert none is None
+    with runner._compile_slots(_spec(compile_slots=4)) as value:
+        folder, n = parallel_compile.parse(value)
+        assert n == 4 and folder.is_dir()
+    assert not folder.exists()
+
+
+def test_the_plugin_records_what_it_installed(tmp_path):
+    (tmp_path / "test_one.py").write_text("def test_one():\n    assert True\n")
+    out = tmp_path / "o.json"
+    started = time.time()
+    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "kgate.testrun.outcomes_plugin",
+                          f"--kgate-compile-slots={tmp_path / 'slots'}:3", f"--kgate-outcomes={out}",
+                          "-p", "no:cacheprovider", "test_one.py"], cwd=tmp_path, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
+    assert res.returncode == 0, res.stdout[-2000:]
+    record = json.loads(out.read_text())
+    assert record["started_unix"] >= started - 1
+    assert record["compile_ahead"] == {"slots": 3, "installed": parallel_compile.available()}
+    # a test during which nothing was compiled ahead carries no compile_ahead keys
+    assert not any(k.startswith("compile_ahead") for k in record["tests"]["test_one.py::test_one"])
