@@ -48,8 +48,6 @@ from kgate.errors import KgateError
 _MARK = "_kgate_parallel_compile"
 #: the configs ``prune_configs`` kept for the benchmark that follows (an attribute of the autotuner)
 _PENDING = "_kgate_pending_configs"
-#: seconds between two looks for a free slot
-_POLL_S = 0.05
 #: what this process did: autotuner misses compiled ahead, configs submitted, seconds spent doing it
 TALLY: dict[str, float] = {"misses": 0, "configs": 0, "wall_s": 0.0}
 
@@ -68,26 +66,35 @@ def parse(value: str) -> tuple[Path, int]:
 
 @contextlib.contextmanager
 def slot(folder: Path, slots: int) -> Iterator[int]:
-    """Hold one of ``slots`` lock files in ``folder`` (shared by processes) until the block ends; waits for
-    a free one. Yields its number."""
+    """Hold one of ``slots`` lock files in ``folder`` (shared by processes) until the block ends. Tries each
+    once without waiting, in random order; when all are held, waits in the kernel on one picked at random
+    (no polling: many threads of many workers wait at once, spread over the slots). Yields its number."""
     folder.mkdir(parents=True, exist_ok=True)
     order = list(range(slots))
-    while True:
-        random.shuffle(order)
-        for i in order:
-            fd = os.open(folder / f"slot-{i}", os.O_RDWR | os.O_CREAT, 0o666)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
-                continue
-            try:
-                yield i
-            finally:
-                fcntl.flock(fd, fcntl.LOCK_UN)
-                os.close(fd)
-            return
-        time.sleep(_POLL_S)
+    random.shuffle(order)
+    fd, held = -1, -1
+    for i in order:
+        fd = os.open(folder / f"slot-{i}", os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        held = i
+        break
+    if held < 0:
+        held = random.choice(order)
+        fd = os.open(folder / f"slot-{held}", os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except BaseException:
+            os.close(fd)
+            raise
+    try:
+        yield held
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
 
 
 class SlotExecutor(ThreadPoolExecutor):
