@@ -140,3 +140,25 @@ def test_the_plugin_records_what_it_installed(tmp_path):
     assert record["compile_ahead"] == {"slots": 3, "installed": parallel_compile.available()}
     # a test during which nothing was compiled ahead carries no compile_ahead keys
     assert not any(k.startswith("compile_ahead") for k in record["tests"]["test_one.py::test_one"])
+
+
+def test_a_gpu_stage_gives_its_gate_the_usable_cores_and_the_campaign_can_turn_it_off(tmp_path):
+    import argparse
+
+    from kgate import campaign
+    from kgate.device import usable_cores
+    from kgate.stages.common import Context
+
+    h200 = {"class": "h200", "name": "NVIDIA H200", "uuid": "GPU-0", "capability": "9.0", "driver": "580.159.04"}
+    args = argparse.Namespace(stage="baseline_tests", kernel_cache=str(tmp_path), workers="1", runtime_min=10.0,
+                              test_timeout_s=900, force=False)
+
+    def spec(gpu: str, device: dict, off: bool = False) -> runner.GateSpec:
+        c = campaign.load("rwkv6-bwd-fusion")
+        if off:
+            c.data["gate"]["compile_ahead"] = False
+        return Context(campaign=c, gpu=gpu, candidate=None, args=args, device=device, inputs={}).gate_spec()
+
+    assert spec("h200", h200).compile_slots == usable_cores() >= 1
+    assert spec("h200", h200, off=True).compile_slots == 0
+    assert spec("cpu", {"class": "cpu", "name": "cpu"}).compile_slots == 0
