@@ -69,6 +69,15 @@ def test_a_config_that_cannot_compile_fails_at_its_benchmark_as_before(tmp_path,
     assert ahead["compiled_at_bench"][0] == 8 and plain["compiled_at_bench"][0] == 0
 
 
+def test_a_config_whose_launch_raises_before_compiling_raises_at_its_benchmark_as_before(tmp_path, triton_cuda):
+    plain = _autotune(tmp_path, "plain", "unbound")
+    ahead = _autotune(tmp_path, "ahead", "unbound")
+    assert "error" in plain and ahead["error"] == plain["error"]
+    # the ninth config names a parameter the kernel lacks: left to its benchmark launch, the other eight compiled
+    assert ahead["tally"]["deferred"] == 1 and ahead["compiled_at_bench"] == [8] * 9
+    assert plain["compiled_at_bench"] == list(range(9))
+
+
 _HOLDER = textwrap.dedent("""
     import sys, threading, time
     from pathlib import Path

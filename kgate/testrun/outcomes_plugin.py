@@ -35,7 +35,7 @@ its configs on up to N threads before it benchmarks them
 (``kgate.testrun.parallel_compile``); the record says whether that was
 installed (``compile_ahead``), and each test's entry what was compiled ahead
 while it ran (``compile_ahead_misses``, ``compile_ahead_configs``,
-``compile_ahead_wall_s``; none when nothing was).
+``compile_ahead_deferred``, ``compile_ahead_wall_s``; none when nothing was).
 """
 
 from __future__ import annotations
@@ -219,7 +219,7 @@ def _compile_ahead(report: pytest.TestReport) -> None:
     if delta["misses"]:
         report.user_properties.append((COMPILE_AHEAD, {
             "compile_ahead_misses": int(delta["misses"]), "compile_ahead_configs": int(delta["configs"]),
-            "compile_ahead_wall_s": round(delta["wall_s"], 3)}))
+            "compile_ahead_deferred": int(delta["deferred"]), "compile_ahead_wall_s": round(delta["wall_s"], 3)}))
 
 
 def worker_paths(path: Path) -> list[Path]:

@@ -20,7 +20,8 @@ run's usable cores.
 What does not change: which configs are benchmarked, in which order, how, and the pick; the compiled
 kernels (same source, options and specialisation, so the same cache entries). A config whose compile
 fails in a thread is left uncompiled (``ignore_errors``) and fails again at its own benchmark launch,
-where the autotuner handles it as it always did.
+where the autotuner handles it as it always did; so does a config whose launch raises before compiling
+(binding its arguments, a heuristic): it is left to its benchmark launch, which raises the same.
 
 Limits: threads of one process take turns for the Python parts of a compile (code generation from the
 kernel's AST), so one process gains less than its thread count (measured on 2 CPU cores compiling for
@@ -48,8 +49,9 @@ from kgate.errors import KgateError
 _MARK = "_kgate_parallel_compile"
 #: the configs ``prune_configs`` kept for the benchmark that follows (an attribute of the autotuner)
 _PENDING = "_kgate_pending_configs"
-#: what this process did: autotuner misses compiled ahead, configs submitted, seconds spent doing it
-TALLY: dict[str, float] = {"misses": 0, "configs": 0, "wall_s": 0.0}
+#: what this process did: autotuner misses compiled ahead, configs submitted, configs whose launch raised before
+#: compiling (left to their benchmark), seconds spent
+TALLY: dict[str, float] = {"misses": 0, "configs": 0, "deferred": 0, "wall_s": 0.0}
 
 
 def parse(value: str) -> tuple[Path, int]:
@@ -127,7 +129,12 @@ def compile_ahead(tuner: Any, configs: list[Any], args: tuple[Any, ...], meta: d
             for config in configs:
                 if meta.keys() & config.kwargs.keys():
                     continue  # the benchmark refuses this config itself, with its own message
-                tuner.fn.run(*args, warmup=True, **call, **config.all_kwargs())
+                try:
+                    tuner.fn.run(*args, warmup=True, **call, **config.all_kwargs())
+                except Exception:  # noqa: BLE001 - deferred, not swallowed: see below
+                    # raised before any compile (binding, a heuristic): the same call raises it again at this
+                    # config's benchmark launch, where the autotuner decides what it means, as without this
+                    TALLY["deferred"] += 1
     TALLY["misses"] += 1
     TALLY["configs"] += len(configs)
     TALLY["wall_s"] += time.monotonic() - start

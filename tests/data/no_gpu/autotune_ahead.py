@@ -9,7 +9,7 @@ time that depends on the config, so the pick is deterministic.
 The autotuner files its pick on disk (``cache_results``); after the first call the script forgets the pick in
 memory and calls again, which reads it back from disk: ``again`` lists what that second call benchmarked.
 
-Usage: python autotune_ahead.py MODE [bad] (MODE: plain | ahead), with TRITON_CACHE_DIR set. Prints one JSON line.
+Usage: python autotune_ahead.py MODE [bad] [unbound] (MODE: plain | ahead), with TRITON_CACHE_DIR set. Prints one JSON line.
 """
 import json
 import sys
@@ -42,7 +42,7 @@ class NoGpuDriver:
 
 
 driver.set_active(NoGpuDriver())
-mode, bad = sys.argv[1], "bad" in sys.argv[2:]
+mode, bad, unbound = sys.argv[1], "bad" in sys.argv[2:], "unbound" in sys.argv[2:]
 if mode == "ahead":
     from kgate.testrun import parallel_compile
     assert parallel_compile.install(Path(tempfile.mkdtemp()), 2)
@@ -59,6 +59,8 @@ def bench(fn, quantiles=None):
 
 blocks = (16, 32, 3) if bad else (16, 32)
 configs = [triton.Config({"BLOCK": b}, num_warps=w, num_stages=s) for b in blocks for w in (4, 8) for s in (2, 3)]
+if unbound:  # a config naming a parameter the kernel does not have: its launch raises before any compile
+    configs.append(triton.Config({"BLOCK": 16, "NOPE": 1}))
 
 
 @triton.autotune(configs=configs, key=["n"], do_bench=bench, cache_results=True)
