@@ -1,7 +1,7 @@
 """Compiling an autotuner's configs ahead, side by side (kgate.testrun.parallel_compile).
 
 The autotuner tests run Triton's real autotuner and compiler (for sm_90, with ptxas) in a subprocess whose
-CUDA driver is a named fake (tests/data/no_gpu/autotune_ahead.py: no GPU exists here, nothing is launched).
+CUDA driver is a named fake (tests/data/no_gpu/nogpu.py: no GPU exists here; a launch is only counted).
 """
 
 from __future__ import annotations
@@ -19,14 +19,15 @@ import pytest
 from kgate.errors import KgateError
 from kgate.testrun import parallel_compile, runner
 
-SCRIPT = Path(__file__).parent / "data" / "no_gpu" / "autotune_ahead.py"
+NO_GPU = Path(__file__).parent / "data" / "no_gpu"
+SCRIPT = NO_GPU / "autotune_ahead.py"
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _autotune(tmp_path: Path, mode: str, *extra: str) -> dict:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_CACHE_DIR"] = str(tmp_path / f"cache-{mode}")
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(NO_GPU), env.get("PYTHONPATH", "")])
     out = subprocess.run([sys.executable, str(SCRIPT), mode, *extra], env=env, capture_output=True, text=True,
                          timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -45,12 +46,29 @@ def test_every_config_is_compiled_before_the_first_benchmark_and_the_pick_is_unc
     plain = _autotune(tmp_path, "plain")
     ahead = _autotune(tmp_path, "ahead")
     # Triton alone compiles each config at its own benchmark launch: 0, 1, ... kernels there before it
-    assert plain["compiled_at_bench"] == list(range(8))
-    # compiled ahead: all eight are there when the first benchmark starts
-    assert ahead["compiled_at_bench"] == [8] * 8
+    assert plain["compiled_at_bench"] == list(range(8)) and plain["most_compiles_at_once"] == 1
+    # compiled ahead: all eight are there when the first benchmark starts, two compiled at once (two slots)
+    assert ahead["compiled_at_bench"] == [8] * 8 and ahead["most_compiles_at_once"] == 2
     assert ahead["compiled"] == plain["compiled"] == 8
     assert ahead["pick"] == plain["pick"]
     assert ahead["tally"]["configs"] == 8
+    # compiling ahead launches nothing: eight benchmark launches and the call's own, as without it
+    assert ahead["launches"] == plain["launches"] == 9
+
+
+def test_configs_with_a_pre_hook_compile_at_their_benchmark(tmp_path, triton_cuda):
+    # a hook may change the specialisation (a TMA descriptor's block shape): nothing compiled before it runs
+    plain = _autotune(tmp_path, "plain", "prehook")
+    ahead = _autotune(tmp_path, "ahead", "prehook")
+    assert ahead["compiled_at_bench"] == plain["compiled_at_bench"] == list(range(8))
+    assert ahead["tally"]["configs"] == 0 and ahead["pick"] == plain["pick"]
+
+
+def test_inside_a_targets_own_async_compile_nothing_is_compiled_ahead(tmp_path, triton_cuda):
+    plain = _autotune(tmp_path, "plain", "nested")
+    ahead = _autotune(tmp_path, "ahead", "nested")
+    assert "error" not in ahead and ahead["pick"] == plain["pick"]
+    assert ahead["tally"]["misses"] == 0 and ahead["launches"] == plain["launches"]
 
 
 def test_a_pick_read_from_disk_compiles_nothing_ahead(tmp_path, triton_cuda):
@@ -135,20 +153,76 @@ def test_the_runner_gives_a_gpu_run_its_own_slots_folder_and_the_interpreter_non
     assert not folder.exists()
 
 
-def test_the_plugin_records_what_it_installed(tmp_path):
-    (tmp_path / "test_one.py").write_text("def test_one():\n    assert True\n")
+_TALLY_TESTS = """
+import torch, triton, triton.language as tl
+
+
+def bench(fn, quantiles=None):
+    fn()
+    return [1.0, 1.0, 1.0]
+
+
+@triton.autotune(configs=[triton.Config({"B": b}) for b in (16, 32, 64)], key=["n"], do_bench=bench)
+@triton.jit
+def tuned(x, n, B: tl.constexpr):
+    tl.store(x + tl.arange(0, B), tl.arange(0, B).to(tl.float32))
+
+
+def test_a_tuned():
+    tuned[(1,)](torch.zeros(64), 64)
+
+
+def test_b_nothing_to_tune():
+    tuned[(1,)](torch.zeros(64), 64)
+"""
+
+
+def test_the_plugin_records_what_was_installed_and_what_each_test_compiled_ahead(tmp_path, triton_cuda):
+    (tmp_path / "conftest.py").write_text(_TIMEOUT_CONFTEST)
+    (tmp_path / "test_tally.py").write_text(_TALLY_TESTS)
     out = tmp_path / "o.json"
     started = time.time()
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env.update(PYTHONPATH=os.pathsep.join([str(ROOT), str(NO_GPU)]), TRITON_CACHE_DIR=str(tmp_path / "cache"))
     res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "kgate.testrun.outcomes_plugin",
                           f"--kgate-compile-slots={tmp_path / 'slots'}:3", f"--kgate-outcomes={out}",
-                          "-p", "no:cacheprovider", "test_one.py"], cwd=tmp_path, capture_output=True, text=True,
-                         env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
-    assert res.returncode == 0, res.stdout[-2000:]
+                          "-p", "no:cacheprovider", "test_tally.py"], cwd=tmp_path, capture_output=True, text=True,
+                         env=env, timeout=600)
+    assert res.returncode == 0, res.stdout[-3000:]
     record = json.loads(out.read_text())
     assert record["started_unix"] >= started - 1
-    assert record["compile_ahead"] == {"slots": 3, "installed": parallel_compile.available()}
-    # a test during which nothing was compiled ahead carries no compile_ahead keys
-    assert not any(k.startswith("compile_ahead") for k in record["tests"]["test_one.py::test_one"])
+    assert record["compile_ahead"] == {"slots": 3, "installed": True}
+    tuned, again = (record["tests"][f"test_tally.py::{n}"] for n in ("test_a_tuned", "test_b_nothing_to_tune"))
+    assert (tuned["compile_ahead_misses"], tuned["compile_ahead_configs"], tuned["compile_ahead_deferred"]) == (1, 3, 0)
+    assert tuned["compile_ahead_wall_s"] > 0
+    # the second test found the pick in memory: nothing compiled ahead, so no compile_ahead keys
+    assert not any(k.startswith("compile_ahead") for k in again)
+
+
+def test_slots_leave_the_processs_random_numbers_alone(tmp_path):
+    import random
+
+    random.seed(7)
+    expected = [random.random() for _ in range(3)]
+    random.seed(7)
+    with parallel_compile.slot(tmp_path / "slots", 4):
+        pass
+    assert [random.random() for _ in range(3)] == expected
+
+
+def test_a_filesystem_without_flock_is_an_error_and_leaks_no_descriptor(tmp_path, monkeypatch):
+    import errno
+
+    def no_flock(fd, op):
+        raise OSError(errno.ENOSYS, "flock not supported")
+
+    monkeypatch.setattr(parallel_compile.fcntl, "flock", no_flock)
+    before = len(os.listdir("/proc/self/fd"))
+    for _ in range(20):
+        with pytest.raises(OSError, match="flock not supported"):
+            with parallel_compile.slot(tmp_path / "slots", 2):
+                pass
+    assert len(os.listdir("/proc/self/fd")) == before
 
 
 def test_a_gpu_stage_gives_its_gate_the_usable_cores_and_the_campaign_can_turn_it_off(tmp_path):
@@ -171,3 +245,68 @@ def test_a_gpu_stage_gives_its_gate_the_usable_cores_and_the_campaign_can_turn_i
     assert spec("h200", h200).compile_slots == usable_cores() >= 1
     assert spec("h200", h200, off=True).compile_slots == 0
     assert spec("cpu", {"class": "cpu", "name": "cpu"}).compile_slots == 0
+
+
+_TIMEOUT_CONFTEST = """
+import nogpu
+nogpu.install()
+"""
+_TIMEOUT_TESTS = """
+import fcntl, os, threading
+from pathlib import Path
+import pytest, torch, triton, triton.language as tl
+
+
+def bench(fn, quantiles=None):
+    fn()
+    return [1.0, 1.0, 1.0]
+
+
+@triton.autotune(configs=[triton.Config({"B": b}) for b in (16, 32, 64)], key=["n"], do_bench=bench)
+@triton.jit
+def tuned(x, n, B: tl.constexpr):
+    tl.store(x + tl.arange(0, B), tl.arange(0, B).to(tl.float32))
+
+
+@triton.jit
+def other(x, B: tl.constexpr):
+    tl.store(x + tl.arange(0, B), tl.zeros([B], tl.float32))
+
+
+def test_1_cold_compiles_outlast_the_timeout(request):
+    # another process's compile holds the run's only slot for 3 s, longer than this test's 1 s
+    folder = Path(request.config.getoption("--kgate-compile-slots").rpartition(":")[0])
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder / "slot-0", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    threading.Timer(3.0, lambda: (fcntl.flock(fd, fcntl.LOCK_UN), os.close(fd))).start()
+    tuned[(1,)](torch.zeros(64), 64)
+
+
+def test_2_an_unrelated_kernel_compiles():
+    other[(1,)](torch.zeros(64), B=16)
+
+
+@pytest.mark.timeout(120)
+def test_3_the_interrupted_kernel_compiles_and_tunes():
+    tuned[(1,)](torch.zeros(64), 64)
+    assert tuned.best_config is not None
+"""
+
+
+def test_a_timeout_during_compiling_ahead_leaves_the_next_tests_of_the_process_sound(tmp_path, triton_cuda):
+    (tmp_path / "conftest.py").write_text(_TIMEOUT_CONFTEST)
+    (tmp_path / "test_timeout.py").write_text(_TIMEOUT_TESTS)
+    out = tmp_path / "o.json"
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env.update(PYTHONPATH=os.pathsep.join([str(ROOT), str(NO_GPU)]), TRITON_CACHE_DIR=str(tmp_path / "cache"))
+    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "kgate.testrun.outcomes_plugin",
+                          f"--kgate-compile-slots={tmp_path / 'slots'}:1", f"--kgate-outcomes={out}",
+                          "--timeout=1", "--timeout-method=signal", "-p", "no:cacheprovider", "test_timeout.py"],
+                         cwd=tmp_path, capture_output=True, text=True, env=env, timeout=600)
+    tests = {i.split("::")[1]: t for i, t in json.loads(out.read_text())["tests"].items()}
+    assert tests["test_1_cold_compiles_outlast_the_timeout"]["outcome"] == "failed", res.stdout[-3000:]
+    assert "Timeout" in tests["test_1_cold_compiles_outlast_the_timeout"]["message"]
+    # Triton's async mode is off again and no placeholder of an abandoned compile is left in a JIT cache
+    assert tests["test_2_an_unrelated_kernel_compiles"]["outcome"] == "passed", res.stdout[-3000:]
+    assert tests["test_3_the_interrupted_kernel_compiles_and_tunes"]["outcome"] == "passed", res.stdout[-3000:]

@@ -17,8 +17,11 @@ files (``fcntl.flock``) in a folder shared by the run's workers, so one gate run
 ``slots`` configs this way at once (beside each worker's own one-at-a-time compiles); ``slots`` is the
 run's usable cores.
 
-What does not change: which configs are benchmarked, in which order, how, and the pick; the compiled
-kernels (same source, options and specialisation, so the same cache entries). A config whose compile
+What does not change, within the process: which configs are benchmarked, in which order, how, and the
+pick; the compiled kernels (same source, options and specialisation, so the same cache entries). Across
+processes the compile threads take cores that other workers' tests would use, as their own compiles do.
+A tuner with a pre-hook of its own, and a config with a ``pre_hook``, are left to compile at their
+benchmark (a hook may change the specialisation: a TMA descriptor's block shape). A config whose compile
 fails in a thread is left uncompiled (``ignore_errors``) and fails again at its own benchmark launch,
 where the autotuner handles it as it always did; so does a config whose launch raises before compiling
 (binding its arguments, a heuristic): it is left to its benchmark launch, which raises the same.
@@ -27,8 +30,9 @@ Limits: threads of one process take turns for the Python parts of a compile (cod
 kernel's AST), so one process gains less than its thread count (measured on 2 CPU cores compiling for
 sm_90 without a GPU: ``scripts/bench_parallel_compile.py``); Triton without ``AsyncCompileMode`` gets
 nothing (:func:`install` returns False); under the interpreter nothing is compiled, so it is never
-installed there; a config whose ``pre_hook`` changes what later configs compile to is compiled before
-the hook runs (Triton's own ``Autotuner.warmup`` does the same).
+installed there; a launch's user callbacks (a Heuristics wrapper's value functions, a JIT function's
+pre-run hooks) run once more per config compiled ahead, which matters only to callbacks with side effects;
+a per-test timeout that falls during compiling ahead abandons it (:func:`compile_ahead`).
 """
 
 from __future__ import annotations
@@ -49,8 +53,10 @@ from kgate.errors import KgateError
 _MARK = "_kgate_parallel_compile"
 #: the configs ``prune_configs`` kept for the benchmark that follows (an attribute of the autotuner)
 _PENDING = "_kgate_pending_configs"
-#: what this process did: autotuner misses compiled ahead, configs submitted, configs whose launch raised before
-#: compiling (left to their benchmark), seconds spent
+#: the slots' order (never the process's shared generator, which a test may have seeded)
+_RANDOM = random.Random()
+#: what this process did: autotuner misses compiled ahead, configs submitted to compile, configs whose launch
+#: raised before compiling (left to their benchmark), seconds spent
 TALLY: dict[str, float] = {"misses": 0, "configs": 0, "deferred": 0, "wall_s": 0.0}
 
 
@@ -70,33 +76,43 @@ def parse(value: str) -> tuple[Path, int]:
 def slot(folder: Path, slots: int) -> Iterator[int]:
     """Hold one of ``slots`` lock files in ``folder`` (shared by processes) until the block ends. Tries each
     once without waiting, in random order; when all are held, waits in the kernel on one picked at random
-    (no polling: many threads of many workers wait at once, spread over the slots). Yields its number."""
+    (no polling: many threads of many workers wait at once, spread over the slots; a thread may wait on a
+    slot while another frees up, which costs throughput, never the bound). Yields its number. The order
+    comes from a generator of this module's own, so a test's seeded ``random`` is never advanced."""
     folder.mkdir(parents=True, exist_ok=True)
     order = list(range(slots))
-    random.shuffle(order)
-    fd, held = -1, -1
+    _RANDOM.shuffle(order)
+    held, fd = -1, -1
     for i in order:
-        fd = os.open(folder / f"slot-{i}", os.O_RDWR | os.O_CREAT, 0o666)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            continue
-        held = i
-        break
+        fd = _locked(folder / f"slot-{i}", wait=False)
+        if fd >= 0:
+            held = i
+            break
     if held < 0:
-        held = random.choice(order)
-        fd = os.open(folder / f"slot-{held}", os.O_RDWR | os.O_CREAT, 0o666)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        except BaseException:
-            os.close(fd)
-            raise
+        held = _RANDOM.choice(order)
+        fd = _locked(folder / f"slot-{held}", wait=True)
     try:
         yield held
     finally:
         fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
+
+
+def _locked(path: Path, *, wait: bool) -> int:
+    """An open descriptor of ``path`` holding its exclusive lock; -1 when ``wait`` is off and another holds
+    it. Any other failure (a filesystem without ``flock``) raises, the descriptor closed."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        if wait:
+            raise
+        return -1
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 class SlotExecutor(ThreadPoolExecutor):
@@ -117,28 +133,62 @@ def compile_ahead(tuner: Any, configs: list[Any], args: tuple[Any, ...], meta: d
                   folder: Path, slots: int) -> int:
     """Compile ``configs`` of ``tuner`` for the call ``(args, meta)`` on up to ``slots`` threads, without
     launching (module docstring); the number of configs submitted. Nothing when another
-    ``AsyncCompileMode`` is active (a target's own) or fewer than two configs are given."""
+    ``AsyncCompileMode`` is active (a target's own), fewer than two configs are given, or the tuner has a
+    pre-hook of its own (it may change the arguments' specialisation, e.g. a TMA descriptor's block shape,
+    so compiling before it would compile other kernels); configs with a ``pre_hook`` are skipped for the
+    same reason.
+
+    Interrupted (a per-test timeout raised in this thread, a KeyboardInterrupt): the compiles not started
+    are cancelled, running ones are left to finish in their threads without being waited for, the JIT
+    functions keep no placeholder of an unfinished compile, and Triton's async mode is off again, so the
+    next test of this process compiles as usual."""
     from triton.runtime import _async_compile
 
-    if len(configs) < 2 or _async_compile.active_mode.get() is not None:
+    if len(configs) < 2 or _async_compile.active_mode.get() is not None \
+            or getattr(tuner, "user_defined_pre_hook", False):
         return 0
     start = time.monotonic()
     call = {k: v for k, v in meta.items() if k != "warmup"}
-    with SlotExecutor(min(slots, len(configs)), folder, slots) as pool:
-        with _async_compile.AsyncCompileMode(pool, ignore_errors=True):
-            for config in configs:
-                if meta.keys() & config.kwargs.keys():
-                    continue  # the benchmark refuses this config itself, with its own message
-                try:
-                    tuner.fn.run(*args, warmup=True, **call, **config.all_kwargs())
-                except Exception:  # noqa: BLE001 - deferred, not swallowed: see below
-                    # raised before any compile (binding, a heuristic): the same call raises it again at this
-                    # config's benchmark launch, where the autotuner decides what it means, as without this
-                    TALLY["deferred"] += 1
-    TALLY["misses"] += 1
-    TALLY["configs"] += len(configs)
+    pool = SlotExecutor(min(slots, len(configs)), folder, slots)
+    mode = _async_compile.AsyncCompileMode(pool, ignore_errors=True)
+    submitted, deferred, futures, finished = 0, 0, {}, False
+    mode.__enter__()
+    try:
+        for config in configs:
+            if config.pre_hook is not None or meta.keys() & config.kwargs.keys():
+                continue  # a hook may change what compiles; a conflict the benchmark refuses with its message
+            try:
+                tuner.fn.run(*args, warmup=True, **call, **config.all_kwargs())
+                submitted += 1
+            except Exception:  # noqa: BLE001 - deferred, not swallowed: see below
+                # raised before any compile (binding, a heuristic): the same call raises it again at this
+                # config's benchmark launch, where the autotuner decides what it means, as without this
+                deferred += 1
+        futures = dict(mode.future_kernels)
+        mode.__exit__(None, None, None)  # waits for every compile and files each kernel in its JIT cache
+        finished = True
+    finally:
+        if not finished:
+            _abandon(mode, futures or dict(mode.future_kernels))
+        if _async_compile.active_mode.get() is mode:
+            _async_compile.active_mode.set(None)
+        pool.shutdown(wait=finished, cancel_futures=not finished)
+    TALLY["misses"] += 1 if submitted else 0
+    TALLY["configs"] += submitted
+    TALLY["deferred"] += deferred
     TALLY["wall_s"] += time.monotonic() - start
-    return len(configs)
+    return submitted
+
+
+def _abandon(mode: Any, futures: dict[Any, Any]) -> None:
+    """Drop what an interrupted compile-ahead left in the JIT functions' caches: Triton 3.9 files a
+    placeholder per compile on submission (its ``cleanup_compile`` removes it if it is still there);
+    3.6 files nothing before a compile finishes, so there is nothing to drop."""
+    for future_kernel in futures.values():
+        cleanup = getattr(future_kernel, "cleanup_compile", None)
+        if cleanup is not None:
+            cleanup(future_kernel)
+    mode.raw_futures, mode.future_kernels = [], {}
 
 
 def available() -> bool:

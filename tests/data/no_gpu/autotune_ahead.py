@@ -1,48 +1,34 @@
 """A real Triton autotuner on a machine without a GPU, with and without kgate's compiling ahead.
 
-Named fake: ``NoGpuDriver`` stands in for Triton's CUDA driver, because no GPU exists here. It answers the
-questions a launch with ``warmup=True`` asks (device 0, stream 0, target sm_90) and nothing else, so every
-kernel is really compiled for sm_90 (Triton's own compiler and ptxas) and none is launched. The timing
-function is the autotuner's ``do_bench`` argument: it calls the config's launch (compile only) and returns a
-time that depends on the config, so the pick is deterministic.
-
-The autotuner files its pick on disk (``cache_results``); after the first call the script forgets the pick in
+The CUDA driver is the named fake of ``nogpu.py`` (no GPU exists here): every kernel is really compiled for
+sm_90 and every launch is only counted. The timing function is the autotuner's ``do_bench`` argument: it
+calls the config's launch and returns a time that depends on the config, so the pick is deterministic. The
+autotuner files its pick on disk (``cache_results``); after the first call the script forgets the pick in
 memory and calls again, which reads it back from disk: ``again`` lists what that second call benchmarked.
 
-Usage: python autotune_ahead.py MODE [bad] [unbound] (MODE: plain | ahead), with TRITON_CACHE_DIR set. Prints one JSON line.
+Usage: python autotune_ahead.py MODE [bad] [unbound] [prehook] [nested] (MODE: plain | ahead), with
+TRITON_CACHE_DIR set. Prints one JSON line.
+  bad      four more configs that cannot compile (BLOCK=3)
+  unbound  one more config naming a parameter the kernel lacks (its launch raises before compiling)
+  prehook  every config has a pre_hook
+  nested   the calls run inside a target's own AsyncCompileMode
 """
+import contextlib
 import json
 import sys
 import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import nogpu
 import torch
 import triton
 import triton.language as tl
-from triton.backends.compiler import GPUTarget
-from triton.runtime import driver
 
-
-class NoGpuDriver:
-    def get_current_target(self):
-        return GPUTarget("cuda", 90, 32)
-
-    def get_current_device(self):
-        return 0
-
-    def get_current_stream(self, device=None):
-        return 0
-
-    def get_active_torch_device(self):
-        return torch.device("cpu")
-
-    def map_python_to_cpp_type(self, ty):
-        from triton.backends.nvidia.driver import ty_to_cpp
-        return ty_to_cpp(ty)
-
-
-driver.set_active(NoGpuDriver())
-mode, bad, unbound = sys.argv[1], "bad" in sys.argv[2:], "unbound" in sys.argv[2:]
+nogpu.install()
+mode, flags = sys.argv[1], set(sys.argv[2:])
 if mode == "ahead":
     from kgate.testrun import parallel_compile
     assert parallel_compile.install(Path(tempfile.mkdtemp()), 2)
@@ -57,9 +43,11 @@ def bench(fn, quantiles=None):
     return [t, t, t]
 
 
-blocks = (16, 32, 3) if bad else (16, 32)
-configs = [triton.Config({"BLOCK": b}, num_warps=w, num_stages=s) for b in blocks for w in (4, 8) for s in (2, 3)]
-if unbound:  # a config naming a parameter the kernel does not have: its launch raises before any compile
+hook = (lambda nargs: None) if "prehook" in flags else None
+blocks = (16, 32, 3) if "bad" in flags else (16, 32)
+configs = [triton.Config({"BLOCK": b}, num_warps=w, num_stages=s, pre_hook=hook)
+           for b in blocks for w in (4, 8) for s in (2, 3)]
+if "unbound" in flags:
     configs.append(triton.Config({"BLOCK": 16, "NOPE": 1}))
 
 
@@ -75,23 +63,46 @@ def k(x, y, n, BLOCK: tl.constexpr):
 
 
 def kernel_cache():
-    return [v for v in k.fn.device_caches[0][0].values() if getattr(v, "kernel", v) is not None
-            and type(v).__name__ == "CompiledKernel"]
+    return [v for v in k.fn.device_caches[0][0].values() if type(v).__name__ == "CompiledKernel"]
 
 
+# the most compiles that ran at once (each held a little longer, so that overlapping ones do overlap)
+running, most, lock, compile_one = [0], [0], threading.Lock(), triton.compiler.compile
+
+
+def counted(*args, **kwargs):
+    with lock:
+        running[0] += 1
+        most[0] = max(most[0], running[0])
+    try:
+        time.sleep(0.05)
+        return compile_one(*args, **kwargs)
+    finally:
+        with lock:
+            running[0] -= 1
+
+
+triton.compiler.compile = counted  # what a JIT function's first launch takes as its compiler
+outer = contextlib.nullcontext()
+if "nested" in flags:
+    from triton.runtime._async_compile import AsyncCompileMode
+    outer = AsyncCompileMode(ThreadPoolExecutor(1))
 x = torch.zeros(64, 64, dtype=torch.float16)
 out = {"mode": mode}
-try:
-    k.run(x, torch.zeros_like(x), 64, grid=(1,), warmup=True)
-    out["pick"] = str(k.best_config)
-except Exception as exc:  # the outcome is the data: reported, never swallowed
-    out["error"] = type(exc).__name__
+with outer:
+    try:
+        k[(1,)](x, torch.zeros_like(x), 64)
+        out["pick"] = str(k.best_config)
+    except Exception as exc:  # the outcome is the data: reported, never swallowed
+        out["error"] = type(exc).__name__
 out["compiled_at_bench"] = list(seen)
 out["compiled"] = len(kernel_cache())
+out["launches"] = len(nogpu.LAUNCHES)
+out["most_compiles_at_once"] = most[0]
 if "pick" in out:
     seen.clear()
     k.cache.clear()
-    k.run(x, torch.zeros_like(x), 64, grid=(1,), warmup=True)
+    k[(1,)](x, torch.zeros_like(x), 64)
     out["again"] = {"pick": str(k.best_config), "compiled_at_bench": seen}
 if mode == "ahead":
     out["tally"] = parallel_compile.TALLY
