@@ -114,8 +114,23 @@ def snakemake_jobs(log_dir: Path, since: float) -> list[dict[str, Any]]:
     return sorted(out, key=lambda j: j["started"])
 
 
+def compiled_ahead(record: dict[str, Any]) -> dict[str, Any] | None:
+    """What a stage's gate runs (``data.run``, ``data.dependent``) compiled ahead (kgate.testrun.parallel_compile),
+    summed over their tests: tests that did, autotuner misses, configs, deferred configs and seconds; None when
+    no test compiled anything ahead (a warm run, the interpreter, a stage without a gate run)."""
+    data = record.get("data") or {}
+    tests = [t for key in ("run", "dependent") if isinstance(data.get(key), dict)
+             for t in data[key].get("tests") or [] if t.get("compile_ahead_misses")]
+    if not tests:
+        return None
+    total = {k: sum(t.get(f"compile_ahead_{k}", 0) for t in tests) for k in ("misses", "configs", "deferred")}
+    return {"tests": len(tests), **total,
+            "wall_s": round(sum(t.get("compile_ahead_wall_s", 0.0) for t in tests), 1)}
+
+
 def stage_rows(workdir: Path, camp: str, gpu: str, since: float) -> list[dict[str, Any]]:
-    """The stage records written since ``since``: status, wall time and the kernel cache's start (provenance)."""
+    """The stage records written since ``since``: status, wall time, the kernel cache's start (provenance) and
+    what its gate runs compiled ahead (:func:`compiled_ahead`)."""
     rows = []
     base = workdir / paths.results(camp, gpu)
     for rec in sorted(base.glob("*/record.json")) + sorted(base.glob("*/*/record.json")) if base.is_dir() else []:
@@ -127,7 +142,7 @@ def stage_rows(workdir: Path, camp: str, gpu: str, since: float) -> list[dict[st
         rows.append({"stage": r["stage"], "candidate": r.get("candidate"), "status": r["status"],
                      "wall_s": prov.get("wall_s"), "started_utc": prov.get("started_utc"),
                      "finished_utc": prov.get("finished_utc"), "cache_state": kc.get("state_at_start"),
-                     "cache_added": kc.get("added")})
+                     "cache_added": kc.get("added"), "compiled_ahead": compiled_ahead(r)})
     order = {s: i for i, s in enumerate(("doctor", *protocol.STAGES, "report"))}
     return sorted(rows, key=lambda x: (x["started_utc"], order.get(x["stage"], 99)))
 

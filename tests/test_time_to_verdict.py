@@ -189,3 +189,32 @@ def test_a_missing_seed_bundle_is_refused_before_any_run(tmp_path: Path, capsys:
                               "--base", str(tmp_path / "b"), "--out", str(tmp_path / "r.json")])
     assert f"--seed-bundle {tmp_path / 'nope.tgz'}: no such file" in capsys.readouterr().err
     assert not (tmp_path / "b").exists()
+
+
+def test_a_stage_row_sums_what_its_gate_runs_compiled_ahead(tmp_path: Path) -> None:
+    from kgate import paths
+
+    stage_dir = tmp_path / paths.results("camp", "h100") / "baseline_tests"
+    stage_dir.mkdir(parents=True)
+    since = time.time() - 5
+    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(since + 2))
+
+    def record(tests: list[dict], dependent: list[dict] | None = None) -> dict:
+        data = {"run": {"tests": tests}} | ({"dependent": {"tests": dependent}} if dependent is not None else {})
+        return {"stage": "baseline_tests", "status": "pass", "data": data,
+                "provenance": {"started_utc": started, "wall_s": 1.0}}
+
+    cold = [{"nodeid": "a", "compile_ahead_misses": 2, "compile_ahead_configs": 40, "compile_ahead_deferred": 1,
+             "compile_ahead_wall_s": 30.25},
+            {"nodeid": "b"},
+            {"nodeid": "c", "compile_ahead_misses": 1, "compile_ahead_configs": 8, "compile_ahead_deferred": 0,
+             "compile_ahead_wall_s": 4.5}]
+    dep = [{"nodeid": "d", "compile_ahead_misses": 1, "compile_ahead_configs": 3, "compile_ahead_deferred": 0,
+            "compile_ahead_wall_s": 1.0}]
+    (stage_dir / "record.json").write_text(json.dumps(record(cold, dep)))
+    (row,) = time_to_verdict.stage_rows(tmp_path, "camp", "h100", since)
+    assert row["compiled_ahead"] == {"tests": 3, "misses": 4, "configs": 51, "deferred": 1, "wall_s": 35.8}
+    # a warm run (nothing compiled ahead) says so with None, not zeros
+    (stage_dir / "record.json").write_text(json.dumps(record([{"nodeid": "a"}, {"nodeid": "b"}])))
+    (row,) = time_to_verdict.stage_rows(tmp_path, "camp", "h100", since)
+    assert row["compiled_ahead"] is None
