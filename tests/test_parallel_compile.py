@@ -228,7 +228,7 @@ def test_a_filesystem_without_flock_is_an_error_and_leaks_no_descriptor(tmp_path
 def test_a_gpu_stage_gives_its_gate_the_usable_cores_and_the_campaign_can_turn_it_off(tmp_path):
     import argparse
 
-    from kgate import campaign
+    from kgate import campaign, epochs
     from kgate.device import usable_cores
     from kgate.stages.common import Context
 
@@ -239,12 +239,18 @@ def test_a_gpu_stage_gives_its_gate_the_usable_cores_and_the_campaign_can_turn_i
     def spec(gpu: str, device: dict, off: bool = False) -> runner.GateSpec:
         c = campaign.load("rwkv6-bwd-fusion")
         if off:
-            c.data["gate"]["compile_ahead"] = False
+            c.data["gate"]["compile_serially"] = True
         return Context(campaign=c, gpu=gpu, candidate=None, args=args, device=device, inputs={}).gate_spec()
 
     assert spec("h200", h200).compile_slots == usable_cores() >= 1
     assert spec("h200", h200, off=True).compile_slots == 0
     assert spec("cpu", {"class": "cpu", "name": "cpu"}).compile_slots == 0
+    # the key's default is off, so a campaign's contract is the one it had before kgate knew the key
+    c = campaign.load("rwkv6-bwd-fusion")
+    assert c.data["gate"]["compile_serially"] is False
+    with_key = epochs.contract(c).digest
+    del c.data["gate"]["compile_serially"]
+    assert epochs.contract(c).digest == with_key
 
 
 _TIMEOUT_CONFTEST = """

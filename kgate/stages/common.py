@@ -158,7 +158,7 @@ class Context:
             env_set=tuple(sorted((g.get("env") or {}).items())),
             restore_env=tuple(g.get("restore_env", [])),
             cache_env=tuple(sorted(self.kernel_cache.env().items())),
-            compile_slots=0 if cpu or g.get("compile_ahead") is False else device_mod.usable_cores())
+            compile_slots=0 if cpu or g.get("compile_serially") else device_mod.usable_cores())
 
 
 def timed_arms(ctx: Context, worktrees: tuple[Path, Path], start: Callable[[list[tuple[str, Path, Path]]], list[Arm]],
