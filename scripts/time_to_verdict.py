@@ -66,7 +66,7 @@ from kgate import device, paths, protocol  # noqa: E402
 from kgate.cache import stack as stack_mod  # noqa: E402
 from kgate.records import write_json  # noqa: E402
 from kgate.source import git  # noqa: E402
-from kgate.testrun import runner  # noqa: E402
+from kgate.testrun import parallel_compile, runner  # noqa: E402
 
 SCHEMA = "kgate.time-to-verdict/1"
 SCENARIOS = ("cold", "seeded", "warm")
@@ -119,13 +119,13 @@ def compiled_ahead(record: dict[str, Any]) -> dict[str, Any] | None:
     summed over their tests: tests that did, autotuner misses, configs, deferred configs and seconds; None when
     no test compiled anything ahead (a warm run, the interpreter, a stage without a gate run)."""
     data = record.get("data") or {}
+    prefix = parallel_compile.RECORD_PREFIX
     tests = [t for key in ("run", "dependent") if isinstance(data.get(key), dict)
-             for t in data[key].get("tests") or [] if t.get("compile_ahead_misses")]
+             for t in data[key].get("tests") or [] if t.get(f"{prefix}misses")]
     if not tests:
         return None
-    total = {k: sum(t.get(f"compile_ahead_{k}", 0) for t in tests) for k in ("misses", "configs", "deferred")}
-    return {"tests": len(tests), **total,
-            "wall_s": round(sum(t.get("compile_ahead_wall_s", 0.0) for t in tests), 1)}
+    total = {k: sum(t.get(f"{prefix}{k}", 0) for t in tests) for k in parallel_compile.TALLY}
+    return {"tests": len(tests), **total, "wall_s": round(total["wall_s"], 1)}
 
 
 def stage_rows(workdir: Path, camp: str, gpu: str, since: float) -> list[dict[str, Any]]:

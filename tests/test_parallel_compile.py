@@ -13,6 +13,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -153,19 +154,31 @@ def test_the_runner_gives_a_gpu_run_its_own_slots_folder_and_the_interpreter_non
     assert not folder.exists()
 
 
+_CONFTEST = """
+import nogpu
+nogpu.install()
+"""
+
+
+def _gate_pytest(tmp_path: Path, name: str, text: str, slots: int, *options: str) -> tuple[Any, dict]:
+    """pytest on one test file ``text`` behind the no-GPU driver, with kgate's outcome plugin compiling ahead
+    on ``slots`` slots (as a gate run on a GPU loads it): the process and its outcome record."""
+    (tmp_path / "conftest.py").write_text(_CONFTEST)
+    (tmp_path / name).write_text(text)
+    out = tmp_path / "o.json"
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env.update(PYTHONPATH=os.pathsep.join([str(ROOT), str(NO_GPU)]), TRITON_CACHE_DIR=str(tmp_path / "cache"))
+    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "kgate.testrun.outcomes_plugin",
+                          f"--kgate-compile-slots={parallel_compile.option(tmp_path / 'slots', slots)}",
+                          f"--kgate-outcomes={out}", *options, "-p", "no:cacheprovider", name],
+                         cwd=tmp_path, capture_output=True, text=True, env=env, timeout=600)
+    assert out.exists(), res.stdout[-3000:] + res.stderr[-3000:]
+    return res, json.loads(out.read_text())
+
+
 _TALLY_TESTS = """
-import torch, triton, triton.language as tl
-
-
-def bench(fn, quantiles=None):
-    fn()
-    return [1.0, 1.0, 1.0]
-
-
-@triton.autotune(configs=[triton.Config({"B": b}) for b in (16, 32, 64)], key=["n"], do_bench=bench)
-@triton.jit
-def tuned(x, n, B: tl.constexpr):
-    tl.store(x + tl.arange(0, B), tl.arange(0, B).to(tl.float32))
+import torch
+from tuned import tuned
 
 
 def test_a_tuned():
@@ -178,18 +191,9 @@ def test_b_nothing_to_tune():
 
 
 def test_the_plugin_records_what_was_installed_and_what_each_test_compiled_ahead(tmp_path, triton_cuda):
-    (tmp_path / "conftest.py").write_text(_TIMEOUT_CONFTEST)
-    (tmp_path / "test_tally.py").write_text(_TALLY_TESTS)
-    out = tmp_path / "o.json"
     started = time.time()
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env.update(PYTHONPATH=os.pathsep.join([str(ROOT), str(NO_GPU)]), TRITON_CACHE_DIR=str(tmp_path / "cache"))
-    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "kgate.testrun.outcomes_plugin",
-                          f"--kgate-compile-slots={tmp_path / 'slots'}:3", f"--kgate-outcomes={out}",
-                          "-p", "no:cacheprovider", "test_tally.py"], cwd=tmp_path, capture_output=True, text=True,
-                         env=env, timeout=600)
+    res, record = _gate_pytest(tmp_path, "test_tally.py", _TALLY_TESTS, 3)
     assert res.returncode == 0, res.stdout[-3000:]
-    record = json.loads(out.read_text())
     assert record["started_unix"] >= started - 1
     assert record["compile_ahead"] == {"slots": 3, "installed": True}
     tuned, again = (record["tests"][f"test_tally.py::{n}"] for n in ("test_a_tuned", "test_b_nothing_to_tune"))
@@ -253,30 +257,11 @@ def test_a_gpu_stage_gives_its_gate_the_usable_cores_and_the_campaign_can_turn_i
     assert epochs.contract(c).digest == with_key
 
 
-_TIMEOUT_CONFTEST = """
-import nogpu
-nogpu.install()
-"""
 _TIMEOUT_TESTS = """
 import fcntl, os, threading
 from pathlib import Path
-import pytest, torch, triton, triton.language as tl
-
-
-def bench(fn, quantiles=None):
-    fn()
-    return [1.0, 1.0, 1.0]
-
-
-@triton.autotune(configs=[triton.Config({"B": b}) for b in (16, 32, 64)], key=["n"], do_bench=bench)
-@triton.jit
-def tuned(x, n, B: tl.constexpr):
-    tl.store(x + tl.arange(0, B), tl.arange(0, B).to(tl.float32))
-
-
-@triton.jit
-def other(x, B: tl.constexpr):
-    tl.store(x + tl.arange(0, B), tl.zeros([B], tl.float32))
+import pytest, torch
+from tuned import other, tuned
 
 
 def test_1_cold_compiles_outlast_the_timeout(request):
@@ -301,16 +286,9 @@ def test_3_the_interrupted_kernel_compiles_and_tunes():
 
 
 def test_a_timeout_during_compiling_ahead_leaves_the_next_tests_of_the_process_sound(tmp_path, triton_cuda):
-    (tmp_path / "conftest.py").write_text(_TIMEOUT_CONFTEST)
-    (tmp_path / "test_timeout.py").write_text(_TIMEOUT_TESTS)
-    out = tmp_path / "o.json"
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env.update(PYTHONPATH=os.pathsep.join([str(ROOT), str(NO_GPU)]), TRITON_CACHE_DIR=str(tmp_path / "cache"))
-    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "kgate.testrun.outcomes_plugin",
-                          f"--kgate-compile-slots={tmp_path / 'slots'}:1", f"--kgate-outcomes={out}",
-                          "--timeout=1", "--timeout-method=signal", "-p", "no:cacheprovider", "test_timeout.py"],
-                         cwd=tmp_path, capture_output=True, text=True, env=env, timeout=600)
-    tests = {i.split("::")[1]: t for i, t in json.loads(out.read_text())["tests"].items()}
+    res, record = _gate_pytest(tmp_path, "test_timeout.py", _TIMEOUT_TESTS, 1,
+                               "--timeout=1", "--timeout-method=signal")
+    tests = {i.split("::")[1]: t for i, t in record["tests"].items()}
     assert tests["test_1_cold_compiles_outlast_the_timeout"]["outcome"] == "failed", res.stdout[-3000:]
     assert "Timeout" in tests["test_1_cold_compiles_outlast_the_timeout"]["message"]
     # Triton's async mode is off again and no placeholder of an abandoned compile is left in a JIT cache

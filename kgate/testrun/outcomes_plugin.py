@@ -217,9 +217,7 @@ def _compile_ahead(report: pytest.TestReport) -> None:
     delta = {k: v - _AHEAD_SEEN.get(k, 0) for k, v in now.items()}
     _AHEAD_SEEN.update(now)
     if delta["misses"]:
-        report.user_properties.append((COMPILE_AHEAD, {
-            "compile_ahead_misses": int(delta["misses"]), "compile_ahead_configs": int(delta["configs"]),
-            "compile_ahead_deferred": int(delta["deferred"]), "compile_ahead_wall_s": round(delta["wall_s"], 3)}))
+        report.user_properties.append((COMPILE_AHEAD, parallel_compile.record(delta)))
 
 
 def worker_paths(path: Path) -> list[Path]:

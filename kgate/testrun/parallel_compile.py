@@ -60,6 +60,21 @@ _RANDOM = random.Random()
 TALLY: dict[str, float] = {"misses": 0, "configs": 0, "deferred": 0, "wall_s": 0.0}
 
 
+#: the prefix of the keys a test's outcome entry and a stage row carry a tally under (:func:`record`)
+RECORD_PREFIX = "compile_ahead_"
+
+
+def record(tally: dict[str, float]) -> dict[str, int | float]:
+    """A tally (or what it grew by during one test) as record keys: ``compile_ahead_<key>``, counts as
+    integers, seconds to the millisecond."""
+    return {f"{RECORD_PREFIX}{k}": round(v, 3) if k == "wall_s" else int(v) for k, v in tally.items()}
+
+
+def option(folder: Path | str, slots: int) -> str:
+    """The plugin option's value ``DIR:N`` (:func:`parse` reads it back)."""
+    return f"{folder}:{slots}"
+
+
 def parse(value: str) -> tuple[Path, int]:
     """``DIR:N`` (the plugin option) as (folder, slots); a bad value is one line naming the option."""
     folder, _, n = value.rpartition(":")

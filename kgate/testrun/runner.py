@@ -39,7 +39,7 @@ from typing import Any
 from kgate import paths
 from kgate.device import usable_cores
 from kgate.errors import ConfigError, KgateError, ProvenanceMismatch
-from kgate.testrun import contention, outcomes_plugin, resume
+from kgate.testrun import contention, outcomes_plugin, parallel_compile, resume
 from kgate.testrun.guard import guarded
 
 #: outcomes that are not failures; ``unavailable``: the Triton interpreter itself could not run the test (CPU)
@@ -335,7 +335,7 @@ def _compile_slots(spec: GateSpec) -> Iterator[str | None]:
         yield None
         return
     with tempfile.TemporaryDirectory(prefix="kgate-compile-slots-") as folder:
-        yield f"{folder}:{spec.compile_slots}"
+        yield parallel_compile.option(folder, spec.compile_slots)
 
 
 @contextlib.contextmanager
