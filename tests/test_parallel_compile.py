@@ -144,14 +144,38 @@ def _spec(**kw) -> runner.GateSpec:
     return runner.GateSpec(**{**base, **kw})
 
 
-def test_the_runner_gives_a_gpu_run_its_own_slots_folder_and_the_interpreter_none():
-    assert runner._compile_slots(_spec(compile_slots=4, cpu=True)).__enter__() is None
-    with runner._compile_slots(_spec(compile_slots=0)) as none:
+def test_the_runner_gives_a_gpu_run_its_own_slots_folder_or_its_callers_and_the_interpreter_none(tmp_path):
+    assert runner.compile_slots(_spec(compile_slots=4, cpu=True)).__enter__() is None
+    with runner.compile_slots(_spec(compile_slots=0)) as none:
         assert none is None
-    with runner._compile_slots(_spec(compile_slots=4)) as value:
+    with runner.compile_slots(_spec(compile_slots=4)) as value:
         folder, n = parallel_compile.parse(value)
         assert n == 4 and folder.is_dir()
     assert not folder.exists()
+    # a caller's slots (shared with its own compiling beside the run) are used as given and left in place
+    given = parallel_compile.option(tmp_path, 4)
+    with runner.compile_slots(_spec(compile_slots=4), given) as value:
+        assert value == given
+    assert tmp_path.is_dir()
+    # ... never on the interpreter, nor when the campaign compiles serially
+    with runner.compile_slots(_spec(compile_slots=0), given) as none:
+        assert none is None
+
+
+def test_the_precompile_workers_autotuner_compiles_its_configs_side_by_side_within_slots(tmp_path, triton_cuda):
+    serial = _autotune(tmp_path, "compile-only")
+    slotted = _autotune(tmp_path, "compile-only-slots")
+    for out in (serial, slotted):
+        # compile only: all eight configs compiled, nothing benchmarked, launched or picked
+        assert out["compiled"] == 8 and out["compiled_at_bench"] == [] and out["launches"] == 0
+        assert out["pick"] is None and out["compile_only"] == {"k": 8}
+    assert serial["most_compiles_at_once"] == 1 and serial["tally"]["configs"] == 0
+    # within two slots: two at a time, all eight submitted by one miss
+    assert slotted["most_compiles_at_once"] == 2
+    assert slotted["tally"]["configs"] == 8 and slotted["tally"]["misses"] == 1
+    # a config with a pre_hook still compiles, alone, after the side-by-side ones
+    hooked = _autotune(tmp_path, "compile-only-slots", "prehook")
+    assert hooked["compiled"] == 8 and hooked["most_compiles_at_once"] == 1 and hooked["tally"]["configs"] == 0
 
 
 _CONFTEST = """

@@ -19,6 +19,7 @@ from test_worker import toy_env, toy_init, toy_worktree
 from kgate import campaign_checks
 from kgate.measure import precompile
 from kgate.measure.rows import load_spec, row_table
+from kgate.testrun import parallel_compile
 
 COMPILE_ONLY_PROBE = '''
 import torch, triton, triton.language as tl
@@ -66,12 +67,13 @@ ROWS = [{"name": "small", "N": 4, "D": 8}, {"name": "wide", "N": 2, "D": 96}]
 
 
 def _start(tmp_path: Path, items: list[precompile.Item], *, share: int = 2, budget_bytes: int | None = None,
-           **env: str) -> precompile.Precompile:
+           compile_slots: str | None = None, **env: str) -> precompile.Precompile:
     tmp_path.mkdir(parents=True, exist_ok=True)
     wt, inputs = toy_worktree(tmp_path)
     cache = tmp_path / "cache"
     return precompile.start(wt, cache, toy_env(wt, cache, **env), tmp_path / "worker-precompile.log",
-                            toy_init(inputs), items, deadline_s=120, share=share, budget_bytes=budget_bytes)
+                            toy_init(inputs), items, deadline_s=120, share=share, budget_bytes=budget_bytes,
+                            compile_slots=compile_slots)
 
 
 def test_every_row_and_mode_is_compiled_once(tmp_path: Path) -> None:
@@ -87,6 +89,26 @@ def test_every_row_and_mode_is_compiled_once(tmp_path: Path) -> None:
     assert rec["worker"]["module_file"].endswith("toyop/__init__.py")
     assert pre.stop() is rec, "stop is idempotent"
     assert pre.arm.proc.poll() is not None, "the worker is gone"
+
+
+def test_given_the_gate_runs_slots_the_worker_records_them_and_what_it_compiled_side_by_side(tmp_path: Path) -> None:
+    slots = parallel_compile.option(tmp_path / "slots", 3)
+    pre = _start(tmp_path / "ok", [precompile.Item(ROWS[0], ("fwd",))], compile_slots=slots)
+    assert pre.thread is not None
+    pre.thread.join(timeout=120)
+    rec = pre.stop()
+    assert rec["ended"] == "done", rec
+    assert f"--compile-slots={slots}" in pre.arm.proc.args
+    # the toy op's kernel is not autotuned, and the interpreter compiles nothing: nothing went ahead
+    assert rec["compile_slots"] == slots and rec["compile_ahead_configs"] == 0 == rec["compile_ahead_misses"]
+    assert rec["calls"][0]["compile_ahead_configs"] == 0
+    # a bad option ends the worker at its start: recorded, deciding nothing, the option named in its log
+    bad = _start(tmp_path / "bad", [precompile.Item(ROWS[0], ("fwd",))], compile_slots="nowhere")
+    assert bad.thread is not None
+    bad.thread.join(timeout=120)
+    rec = bad.stop()
+    assert rec["ended"] == "failed" and rec["calls"] == []
+    assert "--kgate-compile-slots: 'nowhere' is not DIR:N" in (tmp_path / "bad" / "worker-precompile.log").read_text()
 
 
 def test_the_gates_end_stops_it_and_keeps_what_it_did(tmp_path: Path) -> None:

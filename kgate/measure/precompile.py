@@ -7,7 +7,9 @@ profiled call, bench's gated rows in the gated mode and its controls in the cont
 profiled call (``items``). Every Triton launch compiles its kernel into the stack's kernel cache and runs
 nothing; every autotuner compiles the configs its pruning keeps and picks none. profile_candidate and bench
 then find the compiled variants on disk and still tune on an idle GPU, so no pick is made beside a gate run.
-Rows go one at a time in the campaign's order, each released before the next.
+Rows go one at a time in the campaign's order, each released before the next. On a GPU the worker shares
+the gate run's compile slots (``kgate.testrun.parallel_compile``): an autotuner's configs compile side by
+side on the cores the gate's workers leave idle, never more at once than the slots allow for both together.
 
 GPU memory: the worker shares the GPU with the gate's W test processes, and a test that runs out of memory
 beside it is rerun alone (``kgate.testrun.contention``), which costs the time this worker should save. So a
@@ -42,6 +44,7 @@ from typing import Any
 from kgate.errors import KgateError
 from kgate.measure.arms import Arm, Deadline
 from kgate.measure.rows import MeasureSpec, Row
+from kgate.testrun import parallel_compile
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,8 @@ class Precompile:
     share: int = 2
     #: the most GPU bytes a row may hold here; None: the device's total memory / ``share`` (no limit on CPU)
     budget_bytes: int | None = None
+    #: the gate run's compile slots the worker shares (``DIR:N``), or None (one config at a time)
+    compile_slots: str | None = None
     thread: threading.Thread | None = None
     record: dict[str, Any] = field(default_factory=dict)
     _stopping: threading.Event = field(default_factory=threading.Event)
@@ -152,17 +157,27 @@ class Precompile:
             for k, n in call["compiles"].items():
                 kernels[k] = kernels.get(k, 0) + n
         self.record["compiles_by_kernel"] = kernels
+        ahead = [k for call in self.record["calls"] for k in call if k.startswith(parallel_compile.RECORD_PREFIX)]
+        self.record["compile_slots"] = self.compile_slots
+        for key in dict.fromkeys(ahead):
+            self.record[key] = round(sum(call.get(key, 0) for call in self.record["calls"]), 3)
         return self.record
 
 
 def start(worktree: Path, cache: Path, env: dict[str, str], log: Path, init: dict[str, Any],
-          items: list[Item], deadline_s: float, *, share: int = 2, budget_bytes: int | None = None) -> Precompile:
+          items: list[Item], deadline_s: float, *, share: int = 2, budget_bytes: int | None = None,
+          compile_slots: str | None = None) -> Precompile:
     """Start the candidate's compile-only worker in ``worktree`` (``env``: the measurement workers' own) and
     compile ``items`` in a background thread; the caller must :meth:`Precompile.stop` it. ``share``: the gate's
-    test processes plus one; ``budget_bytes`` overrides the per-row budget (module doc)."""
-    arm = Arm("precompile", worktree, cache, env, log, Deadline(deadline_s),
-              command=[sys.executable, "-m", "kgate.measure.worker", "--arm", "cand", "--compile-only"])
+    test processes plus one; ``budget_bytes`` overrides the per-row budget (module doc); ``compile_slots``:
+    the gate run's slots (``DIR:N``, ``kgate.testrun.parallel_compile.option``), within which an autotuner's
+    configs compile side by side (None: one at a time)."""
+    command = [sys.executable, "-m", "kgate.measure.worker", "--arm", "cand", "--compile-only"]
+    if compile_slots:
+        command.append(f"--compile-slots={compile_slots}")
+    arm = Arm("precompile", worktree, cache, env, log, Deadline(deadline_s), command=command)
     pre = Precompile(arm=arm, items=tuple(items), share=share, budget_bytes=budget_bytes,
+                     compile_slots=compile_slots,
                      record={"ran": True, "rows": [i.row["name"] for i in items], "calls": [], "skipped": [],
                              "log": str(log)})
     pre.thread = threading.Thread(target=pre._work, args=(init,), daemon=True)

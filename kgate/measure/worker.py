@@ -96,11 +96,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--compile-only", action="store_true",
                    help="every Triton launch compiles its kernel and runs nothing (kgate.testrun.compile_only); "
                         "for kgate.measure.precompile, never a timed stage")
+    p.add_argument("--compile-slots", metavar="DIR:N",
+                   help="with --compile-only: an autotuner's configs compile side by side within the N slots of "
+                        "DIR, shared with a gate run's workers (kgate.testrun.parallel_compile)")
     args = p.parse_args(argv)
+    if args.compile_slots and not args.compile_only:
+        p.error("--compile-slots needs --compile-only")
     if args.compile_only:
-        from kgate.testrun import compile_only
+        from kgate.testrun import compile_only, parallel_compile
 
-        compile_only.install()
+        compile_only.install(slots=parallel_compile.parse(args.compile_slots) if args.compile_slots else None)
     worker = Worker(args.arm)
     handlers = {"init": worker.init, "prepare": worker.prepare, "warm": worker.warm, "time": worker.time,
                 "profile": worker.profile, "autotune": worker.autotune, "resources": worker.resources,

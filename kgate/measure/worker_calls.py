@@ -253,20 +253,24 @@ class Calls:
     def compile(self, row: str, mode: str) -> dict[str, Any]:
         """One call of the op in a worker started with ``--compile-only``: every Triton kernel it launches is
         compiled (each autotuner's kept configs too) into the kernel cache, none runs, no pick is made. Returns
-        the compiles asked for, by kernel (``kgate.testrun.compile_only.TALLY``'s growth), and the call's wall
-        time. Outputs are whatever their allocations held: nothing about them is returned or checked."""
-        from kgate.testrun import compile_only
+        the compiles asked for, by kernel (``kgate.testrun.compile_only.TALLY``'s growth), what of them was
+        compiled side by side (``kgate.testrun.parallel_compile.record`` of its tally's growth; zeros without
+        compile slots), and the call's wall time. Outputs are whatever their allocations held: nothing about
+        them is returned or checked."""
+        from kgate.testrun import compile_only, parallel_compile
 
         if not compile_only.installed():
             raise ValueError("'compile' needs a worker started with --compile-only")
         before = dict(compile_only.TALLY)
+        ahead = dict(parallel_compile.TALLY)
         rs = self._row(row)
         t0 = time.perf_counter()
         self._zero_grads(rs)
         self._call(rs, mode)
         self._sync()
         grew = {k: n - before.get(k, 0) for k, n in sorted(compile_only.TALLY.items()) if n != before.get(k, 0)}
-        return {"row": row, "mode": mode, "compiles": grew, "wall_s": round(time.perf_counter() - t0, 3)}
+        return {"row": row, "mode": mode, "compiles": grew, "wall_s": round(time.perf_counter() - t0, 3),
+                **parallel_compile.record({k: v - ahead[k] for k, v in parallel_compile.TALLY.items()})}
 
     def _row(self, row: str) -> RowState:
         if row not in self.s.rows:

@@ -155,12 +155,15 @@ def run(ctx: Context) -> StageResult:
             Gate("gate_tests_pass", "every frozen test passes", "not run: the environment differs", "skip")],
             data={"candidate": cid, "env_diff": stage_diff, "env": env_now})
     cache = ctx.triton_cache
-    # the timed stages' kernels compile beside the frozen gate (untimed), and stop before anything runs alone
-    pre, pre_why = start_precompile(ctx, wt)
-    try:
-        main = runner.run(spec, wt, ctx.out_dir, cache, tag="gate", before_alone=pre.stop if pre else None)
-    finally:
-        pre_record = pre.stop() if pre else {"ran": False, "why": pre_why}
+    # the timed stages' kernels compile beside the frozen gate (untimed), within the gate run's compile slots,
+    # and stop before anything runs alone
+    with runner.compile_slots(spec) as slots:
+        pre, pre_why = start_precompile(ctx, wt, slots)
+        try:
+            main = runner.run(spec, wt, ctx.out_dir, cache, tag="gate", before_alone=pre.stop if pre else None,
+                              slots=slots)
+        finally:
+            pre_record = pre.stop() if pre else {"ran": False, "why": pre_why}
     runner.check_imports(main, wt)
     gates = []
     if main.green:
@@ -216,10 +219,11 @@ def run(ctx: Context) -> StageResult:
     return StageResult(gates=gates, data=data)
 
 
-def start_precompile(ctx: Context, wt: Path) -> tuple[precompile.Precompile | None, str | None]:
-    """The candidate's compile-only worker over the rows later stages time (``kgate.measure.precompile``), or
-    None and why it does not run: on CPU (the interpreter compiles nothing), without a measure section, or
-    without profile_baseline's row table."""
+def start_precompile(ctx: Context, wt: Path, slots: str | None = None
+                     ) -> tuple[precompile.Precompile | None, str | None]:
+    """The candidate's compile-only worker over the rows later stages time (``kgate.measure.precompile``),
+    within the gate run's compile ``slots`` when it has them, or None and why it does not run: on CPU (the
+    interpreter compiles nothing), without a measure section, or without profile_baseline's row table."""
     c, gpu = ctx.campaign, ctx.gpu
     if gpu == "cpu":
         return None, "CPU: the Triton interpreter compiles nothing"
@@ -238,7 +242,7 @@ def start_precompile(ctx: Context, wt: Path) -> tuple[precompile.Precompile | No
         env = worker_env(ctx, wt, ctx.triton_cache)
         return precompile.start(wt, ctx.triton_cache, env, ctx.out_dir / "worker-precompile.log",
                                 spec.worker_init(), items, ctx.deadline_s(GATE_RUN_SHARE),
-                                share=ctx.workers + 1), None
+                                share=ctx.workers + 1, compile_slots=slots), None
     except (KgateError, OSError) as exc:
         # it decides nothing: a precompile that cannot start is recorded, and the gate runs as ever
         return None, f"could not start: {type(exc).__name__}: {exc}"

@@ -12,7 +12,12 @@ compiles this process's share of the configs its pruning keeps (``configs[i]`` w
 so ``ranks`` processes running the same calls compile every config once between them), each with
 ``warmup=True``, and benchmarks, picks and records none: no pick is filed in memory or on disk, so the
 timed stages still tune every kernel themselves, on an idle GPU. Config ``pre_hook``s are not called
-(they prepare buffers for a launch that does not happen).
+(they prepare buffers for a launch that does not happen). Given compile slots (``install``'s ``slots``, the
+folder and count a gate run's workers share: ``kgate.testrun.parallel_compile``), an autotuner's share is
+first compiled side by side on threads (``parallel_compile.compile_ahead``: what it leaves out, a config
+with a ``pre_hook`` or a launch that raises before compiling, then compiles alone as before), so the worker
+uses the cores the gate's workers leave idle without ever compiling more at once than the slots allow
+together with them.
 
 Limits: nothing is launched, so every kernel's outputs are whatever its allocation held: host code that
 branches on kernel results (a ``.item()`` that sizes the next allocation, a data-dependent dispatch)
@@ -24,7 +29,10 @@ process's kernels are compiled, never run, so nothing here says that they run.
 from __future__ import annotations
 
 import importlib.util
+from pathlib import Path
 from typing import Any
+
+from kgate.testrun import parallel_compile
 
 _MARK = "_kgate_compile_only"
 #: what this process compiled: kernel name -> number of (config) compiles asked for
@@ -59,21 +67,24 @@ def installed() -> bool:
     return getattr(KernelInterface.__getitem__, _MARK, None) is not None
 
 
-def install(rank: int = 0, ranks: int = 1) -> bool:
+def install(rank: int = 0, ranks: int = 1, slots: tuple[Path, int] | None = None) -> bool:
     """Make every Triton launch in this process a compile without a launch (module docstring); ``rank`` of
-    ``ranks`` processes compiling the same calls. Idempotent for the same share. False without Triton."""
+    ``ranks`` processes compiling the same calls; ``slots`` (folder, count): an autotuner's share compiled
+    side by side within them. Idempotent for the same share and slots. False without Triton."""
     if not 0 <= rank < ranks:
         raise ValueError(f"compile-only rank {rank} of {ranks}")
     if importlib.util.find_spec("triton") is None:
         return False
     from triton.runtime.autotuner import Autotuner
-    from triton.runtime.jit import KernelInterface
+    from triton.runtime.jit import JITFunction, KernelInterface
 
     current = getattr(KernelInterface.__getitem__, _MARK, None)
     if current is not None:
-        if current != (rank, ranks):
-            raise ValueError(f"compile-only already installed as rank {current[0]} of {current[1]}")
+        if current != (rank, ranks, slots):
+            raise ValueError(f"compile-only already installed as rank {current[0]} of {current[1]}, "
+                             f"slots {current[2]}")
         return True
+    ahead = slots is not None and parallel_compile.available()
 
     def getitem(self: Any, grid: Any) -> Any:
         def launch(*args: Any, **kwargs: Any) -> Any:
@@ -86,12 +97,15 @@ def install(rank: int = 0, ranks: int = 1) -> bool:
         self.nargs = dict(zip(self.arg_names, args))
         configs = self.prune_configs(kwargs) if len(self.configs) > 1 else list(self.configs)
         mine = share(list(configs), rank, ranks)
-        for config in mine:
+        # under the interpreter the chain ends in an InterpretedFunction: nothing compiles, nothing to go ahead
+        if ahead and slots is not None and isinstance(_chain(self)[-1], JITFunction):
+            parallel_compile.compile_ahead(self, mine, args, kwargs, *slots)
+        for config in mine:  # after compiling ahead, each one found in the JIT function's cache
             self.fn.run(*args, **{**kwargs, "warmup": True, **config.all_kwargs()})
         TALLY[_name(self)] = TALLY.get(_name(self), 0) + len(mine)
         return None
 
-    setattr(getitem, _MARK, (rank, ranks))
+    setattr(getitem, _MARK, (rank, ranks, slots))
     KernelInterface.__getitem__ = getitem  # type: ignore[method-assign]
     Autotuner.run = run  # type: ignore[method-assign]
     return True

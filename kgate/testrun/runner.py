@@ -223,29 +223,31 @@ def build_env(spec: GateSpec, worktree: Path, triton_cache: Path) -> dict[str, s
 
 
 def run(spec: GateSpec, worktree: Path, out_dir: Path, triton_cache: Path, *, tag: str,
-        only_ids: list[str] | None = None, before_alone: Callable[[], object] | None = None) -> GateRun:
+        only_ids: list[str] | None = None, before_alone: Callable[[], object] | None = None,
+        slots: str | None = None) -> GateRun:
     """Run the gate (or only ``only_ids``) once; write outcomes, junit and log under ``out_dir``.
     A full run resumes an interrupted earlier attempt of the same key (kgate.testrun.resume). Tests that
     ran out of GPU memory beside other workers run once more alone, and that run decides them
     (``kgate.testrun.contention``; its files are tagged ``<tag>-alone``); ``before_alone`` is called first
-    (a caller's own GPU work beside the run ends there)."""
+    (a caller's own GPU work beside the run ends there). ``slots``: compile slots the caller shares with its
+    own compiling beside the run (:func:`compile_slots`); None: the run makes its own."""
     alone_tag = f"{tag}-alone"
     for p in out_dir.glob(f"{alone_tag}.*"):
         p.unlink()
-    first = _run_once(spec, worktree, out_dir, triton_cache, tag=tag, only_ids=only_ids)
+    first = _run_once(spec, worktree, out_dir, triton_cache, tag=tag, only_ids=only_ids, slots=slots)
     ids = contention.sharing_suspects(first.tests, spec.workers)
     if not ids:
         return first
     if before_alone is not None:
         before_alone()
     solo = _run_once(dataclasses.replace(spec, workers=1), worktree, out_dir, triton_cache, tag=alone_tag,
-                     only_ids=ids)
+                     only_ids=ids, slots=slots)
     return dataclasses.replace(first, tests=contention.settle(first.tests, solo.tests, ids, spec.workers),
                                alone_log=solo.log)
 
 
 def _run_once(spec: GateSpec, worktree: Path, out_dir: Path, triton_cache: Path, *, tag: str,
-              only_ids: list[str] | None) -> GateRun:
+              only_ids: list[str] | None, slots: str | None = None) -> GateRun:
     out_dir.mkdir(parents=True, exist_ok=True)
     triton_cache.mkdir(parents=True, exist_ok=True)
     outcomes = (out_dir / f"{tag}.outcomes.json").resolve()
@@ -279,9 +281,9 @@ def _run_once(spec: GateSpec, worktree: Path, out_dir: Path, triton_cache: Path,
     run_cmd = [*cmd, f"--kgate-skip-ids={skip_file}"] if skip_file else cmd
     start = time.time()
     timed_out = False
-    with _compile_slots(spec) as slots, log.open("w") as fh:
-        # the slots' folder is the run's own: not part of the attempt's key (kgate.testrun.resume)
-        run_cmd = [*run_cmd, f"--kgate-compile-slots={slots}"] if slots else run_cmd
+    with compile_slots(spec, slots) as held, log.open("w") as fh:
+        # the slots' folder is the run's own or its caller's: not part of the attempt's key (kgate.testrun.resume)
+        run_cmd = [*run_cmd, f"--kgate-compile-slots={held}"] if held else run_cmd
         fh.write("$ " + " ".join(run_cmd) + "\n")
         if carried:
             fh.write(f"kgate: {len(carried)} test(s) carried over from an interrupted attempt of the same commit "
@@ -328,11 +330,15 @@ def _run_once(spec: GateSpec, worktree: Path, out_dir: Path, triton_cache: Path,
 
 
 @contextlib.contextmanager
-def _compile_slots(spec: GateSpec) -> Iterator[str | None]:
-    """``DIR:N`` for ``--kgate-compile-slots`` (a folder of this run's own, removed after it), or None when
-    the run compiles one config at a time (``compile_slots`` 0, or the interpreter)."""
+def compile_slots(spec: GateSpec, given: str | None = None) -> Iterator[str | None]:
+    """``DIR:N`` for ``--kgate-compile-slots``: ``given`` (a caller's, shared with its own compiling beside
+    the run) or a folder of its own, removed after the block; None when the run compiles one config at a
+    time (``compile_slots`` 0, or the interpreter)."""
     if spec.cpu or spec.compile_slots < 1:
         yield None
+        return
+    if given is not None:
+        yield given
         return
     with tempfile.TemporaryDirectory(prefix="kgate-compile-slots-") as folder:
         yield parallel_compile.option(folder, spec.compile_slots)

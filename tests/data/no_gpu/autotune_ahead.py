@@ -6,8 +6,11 @@ calls the config's launch and returns a time that depends on the config, so the 
 autotuner files its pick on disk (``cache_results``); after the first call the script forgets the pick in
 memory and calls again, which reads it back from disk: ``again`` lists what that second call benchmarked.
 
-Usage: python autotune_ahead.py MODE [bad] [unbound] [prehook] [nested] (MODE: plain | ahead), with
-TRITON_CACHE_DIR set. Prints one JSON line.
+In the compile-only modes (``kgate.testrun.compile_only``, the precompile worker's), the one call compiles
+the configs and benchmarks, launches and picks nothing; ``compile-only-slots`` gives it two compile slots.
+
+Usage: python autotune_ahead.py MODE [bad] [unbound] [prehook] [nested] (MODE: plain | ahead | compile-only |
+compile-only-slots), with TRITON_CACHE_DIR set. Prints one JSON line.
   bad      four more configs that cannot compile (BLOCK=3)
   unbound  one more config naming a parameter the kernel lacks (its launch raises before compiling)
   prehook  every config has a pre_hook
@@ -29,9 +32,12 @@ import triton.language as tl
 
 nogpu.install()
 mode, flags = sys.argv[1], set(sys.argv[2:])
+from kgate.testrun import compile_only, parallel_compile  # noqa: E402
+
 if mode == "ahead":
-    from kgate.testrun import parallel_compile
     assert parallel_compile.install(Path(tempfile.mkdtemp()), 2)
+elif mode.startswith("compile-only"):
+    assert compile_only.install(slots=(Path(tempfile.mkdtemp()), 2) if mode.endswith("slots") else None)
 
 seen = []  # kernels compiled at each benchmark call
 
@@ -92,18 +98,20 @@ out = {"mode": mode}
 with outer:
     try:
         k[(1,)](x, torch.zeros_like(x), 64)
-        out["pick"] = str(k.best_config)
+        out["pick"] = str(k.best_config) if k.cache else None
     except Exception as exc:  # the outcome is the data: reported, never swallowed
         out["error"] = type(exc).__name__
 out["compiled_at_bench"] = list(seen)
 out["compiled"] = len(kernel_cache())
 out["launches"] = len(nogpu.LAUNCHES)
 out["most_compiles_at_once"] = most[0]
-if "pick" in out:
+if out.get("pick"):
     seen.clear()
     k.cache.clear()
     k[(1,)](x, torch.zeros_like(x), 64)
     out["again"] = {"pick": str(k.best_config), "compiled_at_bench": seen}
-if mode == "ahead":
+if mode != "plain":
     out["tally"] = parallel_compile.TALLY
+if mode.startswith("compile-only"):
+    out["compile_only"] = compile_only.TALLY
 print(json.dumps(out))
