@@ -128,9 +128,24 @@ def compiled_ahead(record: dict[str, Any]) -> dict[str, Any] | None:
     return {"tests": len(tests), **total, "wall_s": round(total["wall_s"], 1)}
 
 
+def precompiled(record: dict[str, Any]) -> dict[str, Any] | None:
+    """What candidate_gate's precompile worker did beside its gate run (``data.precompile``,
+    kgate.measure.precompile): how it ended, its wall time, the compiles it asked for and what of them it
+    compiled side by side (``ahead``: misses, configs, deferred, seconds; None without compile slots); None for a
+    stage without one or when it did not run."""
+    pre = (record.get("data") or {}).get("precompile") or {}
+    if not pre.get("ran"):
+        return None
+    prefix = parallel_compile.RECORD_PREFIX
+    ahead = {k: pre[f"{prefix}{k}"] for k in parallel_compile.TALLY if f"{prefix}{k}" in pre}
+    return {"ended": pre.get("ended"), "wall_s": pre.get("wall_s"),
+            "compiles": sum((pre.get("compiles_by_kernel") or {}).values()), "ahead": ahead or None}
+
+
 def stage_rows(workdir: Path, camp: str, gpu: str, since: float) -> list[dict[str, Any]]:
-    """The stage records written since ``since``: status, wall time, the kernel cache's start (provenance) and
-    what its gate runs compiled ahead (:func:`compiled_ahead`)."""
+    """The stage records written since ``since``: status, wall time, the kernel cache's start (provenance),
+    what its gate runs compiled ahead (:func:`compiled_ahead`) and what a precompile worker beside them did
+    (:func:`precompiled`)."""
     rows = []
     base = workdir / paths.results(camp, gpu)
     for rec in sorted(base.glob("*/record.json")) + sorted(base.glob("*/*/record.json")) if base.is_dir() else []:
@@ -142,7 +157,8 @@ def stage_rows(workdir: Path, camp: str, gpu: str, since: float) -> list[dict[st
         rows.append({"stage": r["stage"], "candidate": r.get("candidate"), "status": r["status"],
                      "wall_s": prov.get("wall_s"), "started_utc": prov.get("started_utc"),
                      "finished_utc": prov.get("finished_utc"), "cache_state": kc.get("state_at_start"),
-                     "cache_added": kc.get("added"), "compiled_ahead": compiled_ahead(r)})
+                     "cache_added": kc.get("added"), "compiled_ahead": compiled_ahead(r),
+                     "precompiled": precompiled(r)})
     order = {s: i for i, s in enumerate(("doctor", *protocol.STAGES, "report"))}
     return sorted(rows, key=lambda x: (x["started_utc"], order.get(x["stage"], 99)))
 

@@ -217,4 +217,30 @@ def test_a_stage_row_sums_what_its_gate_runs_compiled_ahead(tmp_path: Path) -> N
     # a warm run (nothing compiled ahead) says so with None, not zeros
     (stage_dir / "record.json").write_text(json.dumps(record([{"nodeid": "a"}, {"nodeid": "b"}])))
     (row,) = time_to_verdict.stage_rows(tmp_path, "camp", "h100", since)
-    assert row["compiled_ahead"] is None
+    assert row["compiled_ahead"] is None and row["precompiled"] is None
+
+
+def test_a_stage_row_says_what_the_precompile_worker_beside_its_gate_did(tmp_path: Path) -> None:
+    from kgate import paths
+
+    stage_dir = tmp_path / paths.results("camp", "h100") / "candidate_gate" / "c1"
+    stage_dir.mkdir(parents=True)
+    since = time.time() - 5
+    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(since + 2))
+
+    def write(precompile: dict) -> dict:
+        (stage_dir / "record.json").write_text(json.dumps(
+            {"stage": "candidate_gate", "candidate": "c1", "status": "pass", "data": {"precompile": precompile},
+             "provenance": {"started_utc": started, "wall_s": 1.0}}))
+        (row,) = time_to_verdict.stage_rows(tmp_path, "camp", "h100", since)
+        return row
+
+    row = write({"ran": True, "ended": "stopped", "wall_s": 51.2, "compiles_by_kernel": {"k": 12, "j": 1},
+                 "compile_ahead_misses": 2, "compile_ahead_configs": 12, "compile_ahead_deferred": 0,
+                 "compile_ahead_wall_s": 40.5})
+    assert row["precompiled"] == {"ended": "stopped", "wall_s": 51.2, "compiles": 13,
+                                  "ahead": {"misses": 2, "configs": 12, "deferred": 0, "wall_s": 40.5}}
+    # a worker without compile slots (a record from before them): what it compiled, nothing ahead
+    assert write({"ran": True, "ended": "done", "wall_s": 3.0, "compiles_by_kernel": {"k": 2}})["precompiled"] == \
+        {"ended": "done", "wall_s": 3.0, "compiles": 2, "ahead": None}
+    assert write({"ran": False, "why": "CPU: the Triton interpreter compiles nothing"})["precompiled"] is None
