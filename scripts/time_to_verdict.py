@@ -131,15 +131,17 @@ def compiled_ahead(record: dict[str, Any]) -> dict[str, Any] | None:
 def precompiled(record: dict[str, Any]) -> dict[str, Any] | None:
     """What candidate_gate's precompile worker did beside its gate run (``data.precompile``,
     kgate.measure.precompile): how it ended, its wall time, the compiles it asked for and what of them it
-    compiled side by side (``ahead``: misses, configs, deferred, seconds; None without compile slots); None for a
-    stage without one or when it did not run."""
+    compiled side by side (``ahead``: misses, configs, deferred, seconds; None when nothing was: no compile
+    slots, nothing to tune, or a record from before them); None for a stage without one or when it did not
+    run."""
     pre = (record.get("data") or {}).get("precompile") or {}
     if not pre.get("ran"):
         return None
     prefix = parallel_compile.RECORD_PREFIX
     ahead = {k: pre[f"{prefix}{k}"] for k in parallel_compile.TALLY if f"{prefix}{k}" in pre}
     return {"ended": pre.get("ended"), "wall_s": pre.get("wall_s"),
-            "compiles": sum((pre.get("compiles_by_kernel") or {}).values()), "ahead": ahead or None}
+            "compiles": sum((pre.get("compiles_by_kernel") or {}).values()),
+            "ahead": ahead if ahead.get("misses") else None}
 
 
 def stage_rows(workdir: Path, camp: str, gpu: str, since: float) -> list[dict[str, Any]]:

@@ -19,6 +19,7 @@ from test_worker import toy_env, toy_init, toy_worktree
 from kgate import campaign_checks
 from kgate.measure import precompile
 from kgate.measure.rows import load_spec, row_table
+from kgate.measure.worker import COMPILE_ONLY_NICE
 from kgate.testrun import parallel_compile
 
 COMPILE_ONLY_PROBE = '''
@@ -96,6 +97,9 @@ def test_given_the_gate_runs_slots_the_worker_records_them_and_what_it_compiled_
     pre = _start(tmp_path / "ok", [precompile.Item(ROWS[0], ("fwd",))], compile_slots=slots)
     assert pre.thread is not None
     pre.thread.join(timeout=120)
+    # opportunistic work: the worker runs at a lower CPU priority than the gate's processes (this one's)
+    stat = Path(f"/proc/{pre.arm.proc.pid}/stat").read_text()
+    assert int(stat.rpartition(")")[2].split()[16]) == min(os.nice(0) + COMPILE_ONLY_NICE, 19)
     rec = pre.stop()
     assert rec["ended"] == "done", rec
     assert f"--compile-slots={slots}" in pre.arm.proc.args
@@ -108,7 +112,7 @@ def test_given_the_gate_runs_slots_the_worker_records_them_and_what_it_compiled_
     bad.thread.join(timeout=120)
     rec = bad.stop()
     assert rec["ended"] == "failed" and rec["calls"] == []
-    assert "--kgate-compile-slots: 'nowhere' is not DIR:N" in (tmp_path / "bad" / "worker-precompile.log").read_text()
+    assert "--compile-slots: 'nowhere' is not DIR:N" in (tmp_path / "bad" / "worker-precompile.log").read_text()
 
 
 def test_the_gates_end_stops_it_and_keeps_what_it_did(tmp_path: Path) -> None:

@@ -240,7 +240,10 @@ def test_a_stage_row_says_what_the_precompile_worker_beside_its_gate_did(tmp_pat
                  "compile_ahead_wall_s": 40.5})
     assert row["precompiled"] == {"ended": "stopped", "wall_s": 51.2, "compiles": 13,
                                   "ahead": {"misses": 2, "configs": 12, "deferred": 0, "wall_s": 40.5}}
-    # a worker without compile slots (a record from before them): what it compiled, nothing ahead
-    assert write({"ran": True, "ended": "done", "wall_s": 3.0, "compiles_by_kernel": {"k": 2}})["precompiled"] == \
-        {"ended": "done", "wall_s": 3.0, "compiles": 2, "ahead": None}
+    # a worker without compile slots (zeros), or a record from before them (no keys): nothing ahead, said as None
+    zeros = {"compile_ahead_misses": 0, "compile_ahead_configs": 0, "compile_ahead_deferred": 0,
+             "compile_ahead_wall_s": 0.0}
+    for keys in (zeros, {}):
+        assert write({"ran": True, "ended": "done", "wall_s": 3.0, "compiles_by_kernel": {"k": 2}, **keys}
+                     )["precompiled"] == {"ended": "done", "wall_s": 3.0, "compiles": 2, "ahead": None}
     assert write({"ran": False, "why": "CPU: the Triton interpreter compiles nothing"})["precompiled"] is None

@@ -9,7 +9,8 @@ nothing; every autotuner compiles the configs its pruning keeps and picks none. 
 then find the compiled variants on disk and still tune on an idle GPU, so no pick is made beside a gate run.
 Rows go one at a time in the campaign's order, each released before the next. On a GPU the worker shares
 the gate run's compile slots (``kgate.testrun.parallel_compile``): an autotuner's configs compile side by
-side on the cores the gate's workers leave idle, never more at once than the slots allow for both together.
+side, never more at once than the slots allow for the worker and the gate together (first come, first
+served), and the worker runs at a lower CPU priority than the gate (``kgate.measure.worker``).
 
 GPU memory: the worker shares the GPU with the gate's W test processes, and a test that runs out of memory
 beside it is rerun alone (``kgate.testrun.contention``), which costs the time this worker should save. So a

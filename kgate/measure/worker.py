@@ -49,6 +49,10 @@ from kgate.measure.worker_state import ArmTargetError, RowState, State, no_gc
 from kgate.measure.worker_timing import Timing
 from kgate.testrun.interp_gaps import interpreter_failure
 
+#: the CPU priority a ``--compile-only`` worker lowers itself by (``os.nice``): its compiles are opportunistic,
+#: beside a gate run that is judged, so the gate's processes get the cores first when both want more than exist
+COMPILE_ONLY_NICE = 10
+
 __all__ = ["ArmTargetError", "RowState", "State", "Worker", "main", "no_gc", "occupancy", "serve"]
 
 
@@ -105,7 +109,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.compile_only:
         from kgate.testrun import compile_only, parallel_compile
 
-        compile_only.install(slots=parallel_compile.parse(args.compile_slots) if args.compile_slots else None)
+        # opportunistic work beside a gate run that is judged: it yields the CPU to the gate's processes
+        os.nice(COMPILE_ONLY_NICE)
+        compile_only.install(slots=parallel_compile.parse(args.compile_slots, "--compile-slots")
+                             if args.compile_slots else None)
     worker = Worker(args.arm)
     handlers = {"init": worker.init, "prepare": worker.prepare, "warm": worker.warm, "time": worker.time,
                 "profile": worker.profile, "autotune": worker.autotune, "resources": worker.resources,

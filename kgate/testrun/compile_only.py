@@ -14,10 +14,11 @@ so ``ranks`` processes running the same calls compile every config once between 
 timed stages still tune every kernel themselves, on an idle GPU. Config ``pre_hook``s are not called
 (they prepare buffers for a launch that does not happen). Given compile slots (``install``'s ``slots``, the
 folder and count a gate run's workers share: ``kgate.testrun.parallel_compile``), an autotuner's share is
-first compiled side by side on threads (``parallel_compile.compile_ahead``: what it leaves out, a config
-with a ``pre_hook`` or a launch that raises before compiling, then compiles alone as before), so the worker
-uses the cores the gate's workers leave idle without ever compiling more at once than the slots allow
-together with them.
+first compiled side by side on threads (``parallel_compile.compile_ahead``, hooks included, since no hook
+runs here either way; a config whose launch raises before compiling is left to the loop, which raises as
+before). The slots are first come, first served: the worker's compiles and the gate's own compiling ahead
+never exceed them together, and neither side goes first (the worker's process runs at a lower CPU
+priority, ``kgate.measure.worker``, so it yields cores to the gate's processes beyond the slots).
 
 Limits: nothing is launched, so every kernel's outputs are whatever its allocation held: host code that
 branches on kernel results (a ``.item()`` that sizes the next allocation, a data-dependent dispatch)
@@ -99,7 +100,7 @@ def install(rank: int = 0, ranks: int = 1, slots: tuple[Path, int] | None = None
         mine = share(list(configs), rank, ranks)
         # under the interpreter the chain ends in an InterpretedFunction: nothing compiles, nothing to go ahead
         if ahead and slots is not None and isinstance(_chain(self)[-1], JITFunction):
-            parallel_compile.compile_ahead(self, mine, args, kwargs, *slots)
+            parallel_compile.compile_ahead(self, mine, args, kwargs, *slots, hooks_run=False)
         for config in mine:  # after compiling ahead, each one found in the JIT function's cache
             self.fn.run(*args, **{**kwargs, "warmup": True, **config.all_kwargs()})
         TALLY[_name(self)] = TALLY.get(_name(self), 0) + len(mine)

@@ -75,15 +75,16 @@ def option(folder: Path | str, slots: int) -> str:
     return f"{folder}:{slots}"
 
 
-def parse(value: str) -> tuple[Path, int]:
-    """``DIR:N`` (the plugin option) as (folder, slots); a bad value is one line naming the option."""
+def parse(value: str, option: str = "--kgate-compile-slots") -> tuple[Path, int]:
+    """``DIR:N`` (the plugin option, or ``option``) as (folder, slots); a bad value is one line naming the
+    option."""
     folder, _, n = value.rpartition(":")
     try:
         slots = int(n)
     except ValueError:
         slots = 0
     if not folder or slots < 1:
-        raise KgateError(f"--kgate-compile-slots: {value!r} is not DIR:N with N >= 1")
+        raise KgateError(f"{option}: {value!r} is not DIR:N with N >= 1")
     return Path(folder), slots
 
 
@@ -145,13 +146,15 @@ class SlotExecutor(ThreadPoolExecutor):
 
 
 def compile_ahead(tuner: Any, configs: list[Any], args: tuple[Any, ...], meta: dict[str, Any],
-                  folder: Path, slots: int) -> int:
+                  folder: Path, slots: int, *, hooks_run: bool = True) -> int:
     """Compile ``configs`` of ``tuner`` for the call ``(args, meta)`` on up to ``slots`` threads, without
     launching (module docstring); the number of configs submitted. Nothing when another
     ``AsyncCompileMode`` is active (a target's own), fewer than two configs are given, or the tuner has a
     pre-hook of its own (it may change the arguments' specialisation, e.g. a TMA descriptor's block shape,
     so compiling before it would compile other kernels); configs with a ``pre_hook`` are skipped for the
-    same reason.
+    same reason. ``hooks_run=False``: the caller's own compiles never run the hooks either
+    (``kgate.testrun.compile_only``), so compiling ahead without them compiles the same kernels, and
+    neither kind is skipped.
 
     Interrupted (a per-test timeout raised in this thread, a KeyboardInterrupt): the compiles not started
     are cancelled, running ones are left to finish in their threads without being waited for, the JIT
@@ -160,7 +163,7 @@ def compile_ahead(tuner: Any, configs: list[Any], args: tuple[Any, ...], meta: d
     from triton.runtime import _async_compile
 
     if len(configs) < 2 or _async_compile.active_mode.get() is not None \
-            or getattr(tuner, "user_defined_pre_hook", False):
+            or (hooks_run and getattr(tuner, "user_defined_pre_hook", False)):
         return 0
     start = time.monotonic()
     call = {k: v for k, v in meta.items() if k != "warmup"}
@@ -170,7 +173,7 @@ def compile_ahead(tuner: Any, configs: list[Any], args: tuple[Any, ...], meta: d
     mode.__enter__()
     try:
         for config in configs:
-            if config.pre_hook is not None or meta.keys() & config.kwargs.keys():
+            if (hooks_run and config.pre_hook is not None) or meta.keys() & config.kwargs.keys():
                 continue  # a hook may change what compiles; a conflict the benchmark refuses with its message
             try:
                 tuner.fn.run(*args, warmup=True, **call, **config.all_kwargs())

@@ -73,11 +73,13 @@ def kernel_cache():
 
 
 # the most compiles that ran at once (each held a little longer, so that overlapping ones do overlap)
-running, most, lock, compile_one = [0], [0], threading.Lock(), triton.compiler.compile
+# and every compile asked for (a kernel compiled twice counts twice; the JIT cache would hold it once)
+running, most, calls, lock, compile_one = [0], [0], [0], threading.Lock(), triton.compiler.compile
 
 
 def counted(*args, **kwargs):
     with lock:
+        calls[0] += 1
         running[0] += 1
         most[0] = max(most[0], running[0])
     try:
@@ -105,6 +107,7 @@ out["compiled_at_bench"] = list(seen)
 out["compiled"] = len(kernel_cache())
 out["launches"] = len(nogpu.LAUNCHES)
 out["most_compiles_at_once"] = most[0]
+out["compile_calls"] = calls[0]
 if out.get("pick"):
     seen.clear()
     k.cache.clear()
