@@ -322,3 +322,24 @@ def test_a_timeout_during_compiling_ahead_leaves_the_next_tests_of_the_process_s
     # Triton's async mode is off again and no placeholder of an abandoned compile is left in a JIT cache
     assert tests["test_2_an_unrelated_kernel_compiles"]["outcome"] == "passed", res.stdout[-3000:]
     assert tests["test_3_the_interrupted_kernel_compiles_and_tunes"]["outcome"] == "passed", res.stdout[-3000:]
+
+
+def test_the_docs_compile_figures_are_those_of_the_committed_records():
+    """docs/cache.md quotes each scripts/bench_parallel_compile.py record: its file, kernels, threads, the
+    serial and threaded ranges and the median gain, as the record has them."""
+    from decimal import ROUND_HALF_UP, Decimal
+
+    def f(x: float) -> str:  # two decimals, half up, from the record's own digits (1.775 -> 1.78)
+        return str(Decimal(str(x)).quantize(Decimal("0.01"), ROUND_HALF_UP))
+
+    doc = " ".join((ROOT / "docs" / "cache.md").read_text().split())
+    records = sorted((ROOT / "tests" / "data" / "timing").glob("parallel_compile_*.json"))
+    assert len(records) >= 2
+    for path in records:
+        rec = json.loads(path.read_text())
+        assert rec["schema"] == "kgate.bench-parallel-compile/1"
+        serial, threaded = sorted(rec["serial_wall_s"]), sorted(rec["threaded_wall_s"])
+        quoted = (f"{rec['kernels']} kernels took {f(serial[0])}-{f(serial[-1])} s one at a time and "
+                  f"{f(threaded[0])}-{f(threaded[-1])} s on {rec['threads']} threads: {f(rec['speedup_median'])}x "
+                  f"(`tests/data/timing/{path.name}`")
+        assert quoted in doc, quoted
