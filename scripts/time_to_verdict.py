@@ -124,7 +124,7 @@ def compiled_ahead(record: dict[str, Any]) -> dict[str, Any] | None:
              for t in data[key].get("tests") or [] if t.get(f"{prefix}misses")]
     if not tests:
         return None
-    total = {k: sum(t.get(f"{prefix}{k}", 0) for t in tests) for k in parallel_compile.TALLY}
+    total = parallel_compile.summed(tests)
     return {"tests": len(tests), **total, "wall_s": round(total["wall_s"], 1)}
 
 
@@ -137,11 +137,10 @@ def precompiled(record: dict[str, Any]) -> dict[str, Any] | None:
     pre = (record.get("data") or {}).get("precompile") or {}
     if not pre.get("ran"):
         return None
-    prefix = parallel_compile.RECORD_PREFIX
-    ahead = {k: pre[f"{prefix}{k}"] for k in parallel_compile.TALLY if f"{prefix}{k}" in pre}
+    ahead = parallel_compile.summed([pre])
     return {"ended": pre.get("ended"), "wall_s": pre.get("wall_s"),
             "compiles": sum((pre.get("compiles_by_kernel") or {}).values()),
-            "ahead": ahead if ahead.get("misses") else None}
+            "ahead": ahead if ahead["misses"] else None}
 
 
 def stage_rows(workdir: Path, camp: str, gpu: str, since: float) -> list[dict[str, Any]]:

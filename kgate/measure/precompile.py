@@ -98,8 +98,6 @@ class Precompile:
     share: int = 2
     #: the most GPU bytes a row may hold here; None: the device's total memory / ``share`` (no limit on CPU)
     budget_bytes: int | None = None
-    #: the gate run's compile slots the worker shares (``DIR:N``), or None (one config at a time)
-    compile_slots: str | None = None
     thread: threading.Thread | None = None
     record: dict[str, Any] = field(default_factory=dict)
     _stopping: threading.Event = field(default_factory=threading.Event)
@@ -158,10 +156,7 @@ class Precompile:
             for k, n in call["compiles"].items():
                 kernels[k] = kernels.get(k, 0) + n
         self.record["compiles_by_kernel"] = kernels
-        ahead = [k for call in self.record["calls"] for k in call if k.startswith(parallel_compile.RECORD_PREFIX)]
-        self.record["compile_slots"] = self.compile_slots
-        for key in dict.fromkeys(ahead):
-            self.record[key] = round(sum(call.get(key, 0) for call in self.record["calls"]), 3)
+        self.record.update(parallel_compile.record(parallel_compile.summed(self.record["calls"])))
         return self.record
 
 
@@ -178,9 +173,8 @@ def start(worktree: Path, cache: Path, env: dict[str, str], log: Path, init: dic
         command.append(f"--compile-slots={compile_slots}")
     arm = Arm("precompile", worktree, cache, env, log, Deadline(deadline_s), command=command)
     pre = Precompile(arm=arm, items=tuple(items), share=share, budget_bytes=budget_bytes,
-                     compile_slots=compile_slots,
                      record={"ran": True, "rows": [i.row["name"] for i in items], "calls": [], "skipped": [],
-                             "log": str(log)})
+                             "log": str(log), "compile_slots": compile_slots})
     pre.thread = threading.Thread(target=pre._work, args=(init,), daemon=True)
     pre.thread.start()
     return pre

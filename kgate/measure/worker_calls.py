@@ -270,7 +270,7 @@ class Calls:
         self._sync()
         grew = {k: n - before.get(k, 0) for k, n in sorted(compile_only.TALLY.items()) if n != before.get(k, 0)}
         return {"row": row, "mode": mode, "compiles": grew, "wall_s": round(time.perf_counter() - t0, 3),
-                **parallel_compile.record({k: v - ahead[k] for k, v in parallel_compile.TALLY.items()})}
+                **parallel_compile.record(parallel_compile.since(ahead))}
 
     def _row(self, row: str) -> RowState:
         if row not in self.s.rows:

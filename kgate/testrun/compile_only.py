@@ -85,7 +85,7 @@ def install(rank: int = 0, ranks: int = 1, slots: tuple[Path, int] | None = None
             raise ValueError(f"compile-only already installed as rank {current[0]} of {current[1]}, "
                              f"slots {current[2]}")
         return True
-    ahead = slots is not None and parallel_compile.available()
+    ahead = slots if parallel_compile.available() else None
 
     def getitem(self: Any, grid: Any) -> Any:
         def launch(*args: Any, **kwargs: Any) -> Any:
@@ -99,8 +99,8 @@ def install(rank: int = 0, ranks: int = 1, slots: tuple[Path, int] | None = None
         configs = self.prune_configs(kwargs) if len(self.configs) > 1 else list(self.configs)
         mine = share(list(configs), rank, ranks)
         # under the interpreter the chain ends in an InterpretedFunction: nothing compiles, nothing to go ahead
-        if ahead and slots is not None and isinstance(_chain(self)[-1], JITFunction):
-            parallel_compile.compile_ahead(self, mine, args, kwargs, *slots, hooks_run=False)
+        if ahead is not None and isinstance(_chain(self)[-1], JITFunction):
+            parallel_compile.compile_ahead(self, mine, args, kwargs, *ahead, hooks_run=False)
         for config in mine:  # after compiling ahead, each one found in the JIT function's cache
             self.fn.run(*args, **{**kwargs, "warmup": True, **config.all_kwargs()})
         TALLY[_name(self)] = TALLY.get(_name(self), 0) + len(mine)

@@ -213,9 +213,8 @@ _AHEAD_SEEN: dict[str, float] = {}
 def _compile_ahead(report: pytest.TestReport) -> None:
     """What this process compiled ahead since the previous test's teardown, onto the report (nothing when
     nothing was)."""
-    now = dict(parallel_compile.TALLY)
-    delta = {k: v - _AHEAD_SEEN.get(k, 0) for k, v in now.items()}
-    _AHEAD_SEEN.update(now)
+    delta = parallel_compile.since(_AHEAD_SEEN)
+    _AHEAD_SEEN.update(parallel_compile.TALLY)
     if delta["misses"]:
         report.user_properties.append((COMPILE_AHEAD, parallel_compile.record(delta)))
 

@@ -70,6 +70,17 @@ def record(tally: dict[str, float]) -> dict[str, int | float]:
     return {f"{RECORD_PREFIX}{k}": round(v, 3) if k == "wall_s" else int(v) for k, v in tally.items()}
 
 
+def since(before: dict[str, float]) -> dict[str, float]:
+    """What :data:`TALLY` grew by since ``before`` (a copy taken earlier; missing keys count as 0)."""
+    return {k: v - before.get(k, 0) for k, v in TALLY.items()}
+
+
+def summed(entries: list[dict[str, Any]]) -> dict[str, float]:
+    """The tallies recorded in ``entries`` (each with :func:`record`'s keys, or none of them) added up, by
+    tally key: a stage's tests, a precompile worker's calls."""
+    return {k: sum(e.get(f"{RECORD_PREFIX}{k}", 0) for e in entries) for k in TALLY}
+
+
 def option(folder: Path | str, slots: int) -> str:
     """The plugin option's value ``DIR:N`` (:func:`parse` reads it back)."""
     return f"{folder}:{slots}"
