@@ -116,8 +116,9 @@ def snakemake_jobs(log_dir: Path, since: float) -> list[dict[str, Any]]:
 
 def compiled_ahead(record: dict[str, Any]) -> dict[str, Any] | None:
     """What a stage's gate runs (``data.run``, ``data.dependent``) compiled ahead (kgate.testrun.parallel_compile),
-    summed over their tests: tests that did, autotuner misses, configs, deferred configs and seconds; None when
-    no test compiled anything ahead (a warm run, the interpreter, a stage without a gate run)."""
+    summed over their tests: tests that did, autotuner misses, configs, deferred configs, abandoned
+    compile-aheads and seconds; None when no test compiled anything ahead (a warm run, the interpreter, a
+    stage without a gate run)."""
     data = record.get("data") or {}
     prefix = parallel_compile.RECORD_PREFIX
     tests = [t for key in ("run", "dependent") if isinstance(data.get(key), dict)
@@ -131,9 +132,9 @@ def compiled_ahead(record: dict[str, Any]) -> dict[str, Any] | None:
 def precompiled(record: dict[str, Any]) -> dict[str, Any] | None:
     """What candidate_gate's precompile worker did beside its gate run (``data.precompile``,
     kgate.measure.precompile): how it ended, its wall time, the compiles it asked for and what of them it
-    compiled side by side (``ahead``: misses, configs, deferred, seconds; None when nothing was: no compile
-    slots, nothing to tune, or a record from before them); None for a stage without one or when it did not
-    run."""
+    compiled side by side (``ahead``: misses, configs, deferred, abandoned, seconds; None when nothing was:
+    no compile slots, nothing to tune, or a record from before them); None for a stage without one or when it
+    did not run."""
     pre = (record.get("data") or {}).get("precompile") or {}
     if not pre.get("ran"):
         return None

@@ -225,7 +225,8 @@ def test_the_plugin_records_what_was_installed_and_what_each_test_compiled_ahead
     assert record["started_unix"] >= started - 1
     assert record["compile_ahead"] == {"slots": 3, "installed": True}
     tuned, again = (record["tests"][f"test_tally.py::{n}"] for n in ("test_a_tuned", "test_b_nothing_to_tune"))
-    assert (tuned["compile_ahead_misses"], tuned["compile_ahead_configs"], tuned["compile_ahead_deferred"]) == (1, 3, 0)
+    assert (tuned["compile_ahead_misses"], tuned["compile_ahead_configs"], tuned["compile_ahead_deferred"],
+            tuned["compile_ahead_abandoned"]) == (1, 3, 0, 0)
     assert tuned["compile_ahead_wall_s"] > 0
     # the second test found the pick in memory: nothing compiled ahead, so no compile_ahead keys
     assert not any(k.startswith("compile_ahead") for k in again)
@@ -319,6 +320,10 @@ def test_a_timeout_during_compiling_ahead_leaves_the_next_tests_of_the_process_s
     tests = {i.split("::")[1]: t for i, t in record["tests"].items()}
     assert tests["test_1_cold_compiles_outlast_the_timeout"]["outcome"] == "failed", res.stdout[-3000:]
     assert "Timeout" in tests["test_1_cold_compiles_outlast_the_timeout"]["message"]
+    # the cut compile-ahead is counted, with the time it took before the timeout
+    cut = tests["test_1_cold_compiles_outlast_the_timeout"]
+    assert (cut["compile_ahead_misses"], cut["compile_ahead_abandoned"]) == (1, 1), cut
+    assert cut["compile_ahead_wall_s"] >= 0.5
     # Triton's async mode is off again and no placeholder of an abandoned compile is left in a JIT cache
     assert tests["test_2_an_unrelated_kernel_compiles"]["outcome"] == "passed", res.stdout[-3000:]
     assert tests["test_3_the_interrupted_kernel_compiles_and_tunes"]["outcome"] == "passed", res.stdout[-3000:]

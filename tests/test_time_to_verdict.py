@@ -205,7 +205,7 @@ def test_a_stage_row_sums_what_its_gate_runs_compiled_ahead(tmp_path: Path) -> N
                 "provenance": {"started_utc": started, "wall_s": 1.0}}
 
     cold = [{"nodeid": "a", "compile_ahead_misses": 2, "compile_ahead_configs": 40, "compile_ahead_deferred": 1,
-             "compile_ahead_wall_s": 30.25},
+             "compile_ahead_abandoned": 1, "compile_ahead_wall_s": 30.25},
             {"nodeid": "b"},
             {"nodeid": "c", "compile_ahead_misses": 1, "compile_ahead_configs": 8, "compile_ahead_deferred": 0,
              "compile_ahead_wall_s": 4.5}]
@@ -213,7 +213,9 @@ def test_a_stage_row_sums_what_its_gate_runs_compiled_ahead(tmp_path: Path) -> N
             "compile_ahead_wall_s": 1.0}]
     (stage_dir / "record.json").write_text(json.dumps(record(cold, dep)))
     (row,) = time_to_verdict.stage_rows(tmp_path, "camp", "h100", since)
-    assert row["compiled_ahead"] == {"tests": 3, "misses": 4, "configs": 51, "deferred": 1, "wall_s": 35.8}
+    # a record from before the abandoned count (tests c and d) counts none there
+    assert row["compiled_ahead"] == {"tests": 3, "misses": 4, "configs": 51, "deferred": 1, "abandoned": 1,
+                                     "wall_s": 35.8}
     # a warm run (nothing compiled ahead) says so with None, not zeros
     (stage_dir / "record.json").write_text(json.dumps(record([{"nodeid": "a"}, {"nodeid": "b"}])))
     (row,) = time_to_verdict.stage_rows(tmp_path, "camp", "h100", since)
@@ -239,7 +241,8 @@ def test_a_stage_row_says_what_the_precompile_worker_beside_its_gate_did(tmp_pat
                  "compile_ahead_misses": 2, "compile_ahead_configs": 12, "compile_ahead_deferred": 0,
                  "compile_ahead_wall_s": 40.5})
     assert row["precompiled"] == {"ended": "stopped", "wall_s": 51.2, "compiles": 13,
-                                  "ahead": {"misses": 2, "configs": 12, "deferred": 0, "wall_s": 40.5}}
+                                  "ahead": {"misses": 2, "configs": 12, "deferred": 0, "abandoned": 0,
+                                            "wall_s": 40.5}}
     # a worker without compile slots (zeros), or a record from before them (no keys): nothing ahead, said as None
     zeros = {"compile_ahead_misses": 0, "compile_ahead_configs": 0, "compile_ahead_deferred": 0,
              "compile_ahead_wall_s": 0.0}

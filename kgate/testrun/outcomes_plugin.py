@@ -35,7 +35,8 @@ its configs on up to N threads before it benchmarks them
 (``kgate.testrun.parallel_compile``); the record says whether that was
 installed (``compile_ahead``), and each test's entry what was compiled ahead
 while it ran (``compile_ahead_misses``, ``compile_ahead_configs``,
-``compile_ahead_deferred``, ``compile_ahead_wall_s``; none when nothing was).
+``compile_ahead_deferred``, ``compile_ahead_abandoned``: cut by a timeout,
+``compile_ahead_wall_s``; none when nothing was).
 """
 
 from __future__ import annotations

@@ -56,8 +56,9 @@ _PENDING = "_kgate_pending_configs"
 #: the slots' order (never the process's shared generator, which a test may have seeded)
 _RANDOM = random.Random()
 #: what this process did: autotuner misses compiled ahead, configs submitted to compile, configs whose launch
-#: raised before compiling (left to their benchmark), seconds spent
-TALLY: dict[str, float] = {"misses": 0, "configs": 0, "deferred": 0, "wall_s": 0.0}
+#: raised before compiling (left to their benchmark), compile-aheads cut by an interruption (a per-test
+#: timeout), seconds spent (an interrupted one's included)
+TALLY: dict[str, float] = {"misses": 0, "configs": 0, "deferred": 0, "abandoned": 0, "wall_s": 0.0}
 
 
 #: the prefix of the keys a test's outcome entry and a stage row carry a tally under (:func:`record`)
@@ -170,7 +171,8 @@ def compile_ahead(tuner: Any, configs: list[Any], args: tuple[Any, ...], meta: d
     Interrupted (a per-test timeout raised in this thread, a KeyboardInterrupt): the compiles not started
     are cancelled, running ones are left to finish in their threads without being waited for, the JIT
     functions keep no placeholder of an unfinished compile, and Triton's async mode is off again, so the
-    next test of this process compiles as usual."""
+    next test of this process compiles as usual; :data:`TALLY` counts it (``abandoned``) with the time it
+    took."""
     from triton.runtime import _async_compile
 
     if len(configs) < 2 or _async_compile.active_mode.get() is not None \
@@ -202,10 +204,12 @@ def compile_ahead(tuner: Any, configs: list[Any], args: tuple[Any, ...], meta: d
         if _async_compile.active_mode.get() is mode:
             _async_compile.active_mode.set(None)
         pool.shutdown(wait=finished, cancel_futures=not finished)
-    TALLY["misses"] += 1 if submitted else 0
-    TALLY["configs"] += submitted
-    TALLY["deferred"] += deferred
-    TALLY["wall_s"] += time.monotonic() - start
+        # counted either way: an interrupted compile-ahead's time was spent too
+        TALLY["misses"] += 1 if submitted else 0
+        TALLY["configs"] += submitted
+        TALLY["deferred"] += deferred
+        TALLY["abandoned"] += 0 if finished else 1
+        TALLY["wall_s"] += time.monotonic() - start
     return submitted
 
 
