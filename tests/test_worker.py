@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -427,3 +428,41 @@ def test_a_stage_whose_op_cannot_run_on_cpu_records_unavailable(tmp_path: Path, 
     assert gate["name"] == "runs_here" and gate["status"] == "unavailable"
     assert "cannot run on CPU" in gate["detail"] and gate["evidence"].endswith("worker-cand.log")
     assert verdict.WORD[rec["status"]] != "NO-GO"
+
+
+_SPAWNS = """
+import subprocess, sys
+# a compiler mid-compile, and one it started in turn
+child = subprocess.Popen([sys.executable, "-c",
+                          "import subprocess, sys, time; g = subprocess.Popen(['sleep', '300']); "
+                          "print(g.pid, flush=True); time.sleep(300)"], stdout=subprocess.PIPE, text=True)
+grandchild = child.stdout.readline().strip()
+print(child.pid, grandchild, flush=True)
+child.wait()
+"""
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie waiting for its new parent to reap it counts as ended)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+def test_killing_a_worker_kills_what_it_started(tmp_path: Path) -> None:
+    """A killed worker (a stopped precompile, a timed-out request) leaves no process it started running: a
+    compile's ptxas would otherwise go on taking a core beside the runs that follow."""
+    arm = Arm("a", tmp_path, tmp_path / "cache", dict(os.environ), tmp_path / "a.log", Deadline(60),
+              command=[sys.executable, "-c", _SPAWNS])
+    child, grandchild = (int(p) for p in arm._lines.get(timeout=30).split())
+    assert arms.descendants(arm.pid) == [child, grandchild]
+    assert _alive(child) and _alive(grandchild)
+    arm.kill()
+    assert arm.proc.returncode is not None
+    deadline = time.monotonic() + 10
+    while (_alive(child) or _alive(grandchild)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(child) and not _alive(grandchild)
+    arm.close()

@@ -15,9 +15,11 @@ docs/measurement.md states the rules these pieces implement and their limits.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
+import signal
 import subprocess
 import sys
 import threading
@@ -158,9 +160,37 @@ class Arm:
         self._log_fh.close()
 
     def kill(self) -> None:
+        """End the worker and every process it started (a compiler's ``ptxas`` mid-compile): the worker is
+        stopped first (it can start no more), its descendants are read from ``/proc`` and killed, then it is.
+        Limits: a descendant that left the worker's tree before the stop (a daemon that double-forked) is not
+        found; without ``/proc/PID/task/*/children`` only the worker is killed."""
         if self.proc.poll() is None:
+            try:
+                os.kill(self.proc.pid, signal.SIGSTOP)
+                for pid in descendants(self.proc.pid):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass  # it ended on its own meanwhile; wait() below reaps it
             self.proc.kill()
             self.proc.wait()
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid``, children before their own (``/proc/PID/task/TID/children``, Linux); a
+    process that ends while it is read is left out; [] where the kernel does not list children."""
+    found: list[int] = []
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        for children in Path(f"/proc/{p}/task").glob("*/children"):
+            try:
+                kids = [int(c) for c in children.read_text().split()]
+            except OSError:
+                continue  # the thread or the process ended meanwhile
+            found += kids
+            todo += kids
+    return found
 
 
 def ask_all(arms: list[Arm], cmd: str, **args: Any) -> dict[str, dict[str, Any]]:
