@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from conftest import REPO
 from test_worker import toy_env, toy_init, toy_worktree
 
@@ -205,3 +206,80 @@ def test_a_rows_bytes_count_each_storage_once() -> None:
     assert storage_bytes(torch, [x, y]) == 64 * 32 * 4 + 20
     sp = torch.eye(5).to_sparse()
     assert storage_bytes(torch, [sp]) == sp.element_size() * sp.numel()
+
+
+def _gate_context(tmp_path: Path, gpu: str):
+    """candidate_gate's context for ``gpu`` (a named GPU device record: none exists here)."""
+    import argparse
+
+    from kgate import campaign
+    from kgate.stages.common import Context
+
+    device = {"class": "cpu", "name": "cpu"} if gpu == "cpu" else {
+        "class": gpu, "name": "NVIDIA H200", "uuid": "GPU-0", "capability": "9.0", "driver": "580.159.04"}
+    args = argparse.Namespace(stage="candidate_gate", kernel_cache=str(tmp_path / "kernels"), workers="2",
+                              runtime_min=10.0, test_timeout_s=900, force=False)
+    return Context(campaign=campaign.load("rwkv6-bwd-fusion"), gpu=gpu, candidate="c1", args=args,
+                   device=device, inputs={})
+
+
+def test_the_gate_run_and_the_precompile_worker_share_one_set_of_compile_slots(tmp_path, monkeypatch) -> None:
+    """The worker gets exactly the slots the gate run compiles in (one folder, one N), stops before any test
+    runs alone, and is stopped and recorded however the run ends. The worker and the run are stand-ins here
+    (both need a GPU): what is checked is what candidate_gate hands each."""
+    from kgate.stages import candidate_gate
+    from kgate.testrun import runner
+
+    seen: dict[str, object] = {}
+
+    class Worker:
+        stops = 0
+
+        def stop(self) -> dict:
+            Worker.stops += 1
+            return {"ran": True, "compile_slots": seen["worker"]}
+
+    def start(ctx, wt, slots):
+        seen["worker"] = slots
+        assert Path(parallel_compile.parse(slots)[0]).parent.exists()
+        return Worker(), None
+
+    def run(spec, wt, out_dir, cache, *, tag, before_alone, slots):
+        seen.update(run=slots, before_alone=before_alone, tag=tag, cache=cache)
+        if seen.get("raise"):
+            raise RuntimeError("the gate run died")
+        return "the run"
+
+    monkeypatch.setattr(candidate_gate, "start_precompile", start)
+    monkeypatch.setattr(runner, "run", run)
+    ctx = _gate_context(tmp_path, "h200")
+    spec = ctx.gate_spec()
+    main, record = candidate_gate.gate_run(ctx, spec, tmp_path)
+    assert main == "the run" and seen["tag"] == "gate" and seen["cache"] == ctx.triton_cache
+    folder, n = parallel_compile.parse(seen["run"])
+    assert seen["worker"] == seen["run"] and n == spec.compile_slots >= 1
+    assert seen["before_alone"].__self__.__class__ is Worker  # the worker ends before anything runs alone
+    assert record == {"ran": True, "compile_slots": seen["run"]} and Worker.stops == 1
+    assert not folder.exists()  # the run's own slots folder goes with it
+
+    seen["raise"] = True
+    with pytest.raises(RuntimeError, match="the gate run died"):
+        candidate_gate.gate_run(ctx, spec, tmp_path)
+    assert Worker.stops == 2
+
+
+def test_on_cpu_the_gate_runs_without_slots_and_the_record_says_why_no_worker_ran(tmp_path, monkeypatch) -> None:
+    from kgate.stages import candidate_gate
+    from kgate.testrun import runner
+
+    seen: dict[str, object] = {}
+
+    def run(spec, wt, out_dir, cache, *, tag, before_alone, slots):
+        seen.update(slots=slots, before_alone=before_alone)
+        return "the run"
+
+    monkeypatch.setattr(runner, "run", run)
+    ctx = _gate_context(tmp_path, "cpu")
+    main, record = candidate_gate.gate_run(ctx, ctx.gate_spec(), tmp_path)
+    assert seen == {"slots": None, "before_alone": None}
+    assert record == {"ran": False, "why": "CPU: the Triton interpreter compiles nothing"}

@@ -35,6 +35,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from kgate import paths, provenance
 from kgate.errors import KgateError
@@ -155,15 +156,7 @@ def run(ctx: Context) -> StageResult:
             Gate("gate_tests_pass", "every frozen test passes", "not run: the environment differs", "skip")],
             data={"candidate": cid, "env_diff": stage_diff, "env": env_now})
     cache = ctx.triton_cache
-    # the timed stages' kernels compile beside the frozen gate (untimed), within the gate run's compile slots,
-    # and stop before anything runs alone
-    with runner.compile_slots(spec) as slots:
-        pre, pre_why = start_precompile(ctx, wt, slots)
-        try:
-            main = runner.run(spec, wt, ctx.out_dir, cache, tag="gate", before_alone=pre.stop if pre else None,
-                              slots=slots)
-        finally:
-            pre_record = pre.stop() if pre else {"ran": False, "why": pre_why}
+    main, pre_record = gate_run(ctx, spec, wt)
     runner.check_imports(main, wt)
     gates = []
     if main.green:
@@ -217,6 +210,21 @@ def run(ctx: Context) -> StageResult:
             "dependent_at_bench_base": base_data, "dependent_attribution": attribution,
             "triton_cache": str(cache), "precompile": pre_record}
     return StageResult(gates=gates, data=data)
+
+
+def gate_run(ctx: Context, spec: runner.GateSpec, wt: Path) -> tuple[runner.GateRun, dict[str, Any]]:
+    """The frozen gate's run on the candidate and the precompile worker's record (``data.precompile``). The
+    timed stages' kernels compile beside the run (untimed), within the run's own compile slots (the same
+    ``DIR:N``, so the two together never compile more configs side by side than the slots allow), and the
+    worker stops before any test runs alone; it is stopped and recorded however the run ends."""
+    with runner.compile_slots(spec) as slots:
+        pre, pre_why = start_precompile(ctx, wt, slots)
+        try:
+            main = runner.run(spec, wt, ctx.out_dir, ctx.triton_cache, tag="gate",
+                              before_alone=pre.stop if pre else None, slots=slots)
+        finally:
+            pre_record = pre.stop() if pre else {"ran": False, "why": pre_why}
+    return main, pre_record
 
 
 def start_precompile(ctx: Context, wt: Path, slots: str | None = None
