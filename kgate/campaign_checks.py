@@ -28,7 +28,12 @@ whatever device the run is on. Checked, with the helpers the stages use:
 - ``measure.differentiate: []`` (an op without a backward): ``profile.mode``,
   ``bench.modes`` and ``ncu.mode`` say ``fwd``;
 - ``reference.callable``: its file exists, and the campaign has a ``measure``
-  section (``kgate.measure.reference.load``).
+  section (``kgate.measure.reference.load``);
+- the fixture's test modules (``kgate.source.overlay.created_test_files``): each
+  lies under a ``gate.tests`` file or folder, and its name matches the
+  ``python_files`` that ``gate.pytest_args`` sets with ``-o``/``--override-ini``,
+  if it sets one (else fixture_freeze's fixture_tests_collected would fail after
+  two stages of GPU time: the attnres replay's first GPU run did).
 
 Not checkable here, left to the stages: rows a ``measure.registry`` gives are
 read from BENCH_BASE at run time (``profile_baseline``), so on a GPU with a
@@ -36,12 +41,15 @@ registry the row names not among the explicit rows are not checked, the
 registry counts as giving gated rows of kind ``dense`` (the kind its rows get)
 and the classes are not checked; ``bench`` and ``ncu`` keep their own checks.
 Neither are a row's values checked against the input generator's own rules
-(e.g. ``B == 1`` for a packed row), nor ``gate.select`` (pytest ``-k``).
+(e.g. ``B == 1`` for a packed row), nor ``gate.select`` (pytest ``-k``), nor a
+``python_files`` the target's own pytest configuration sets (fixture_freeze's
+fixture_tests_collected gate catches a module those leave out).
 """
 
 from __future__ import annotations
 
 import fnmatch
+import posixpath
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -111,10 +119,45 @@ def _overlays(c: Campaign) -> None:
         if outside:
             raise ConfigError(f"key 'fixture.overlay': the fixture edits non-test path(s) {outside} "
                               f"(allowed by fixture.test_paths: {list(allowed)})")
+        _created_tests_run(c, overlay.created_test_files(
+            overlay.select(c.data["fixture"]["overlay"], c.target_identity)))
     source = c.candidate_source
     if source.kind == "overlay":
         with _named(c, "candidate.overlay"):
             overlay.edit_paths(overlay.select(source.value, c.target_identity))
+
+
+def _created_tests_run(c: Campaign, created: list[str]) -> None:
+    """Each test module the fixture creates is one the gate's pytest run collects: under a ``gate.tests`` file or
+    folder (an entry with ``::`` names tests of an existing file, so it covers none), with a name inside the
+    ``python_files`` of ``gate.pytest_args`` when it sets one."""
+    entries = [posixpath.normpath(t) for t in c.data["gate"]["tests"] if "::" not in t]
+    outside = [p for p in created if not any(t == "." or p == t or p.startswith(t.rstrip("/") + "/") for t in entries)]
+    if outside:
+        raise ConfigError(f"key 'gate.tests': the fixture creates test module(s) {outside} under no gate.tests "
+                          f"file or folder ({list(c.data['gate']['tests'])}): the gate would never run them")
+    names = _python_files(list(c.data["gate"].get("pytest_args") or []))
+    unnamed = [p for p in created if names and not any(fnmatch.fnmatchcase(posixpath.basename(p), g) for g in names)]
+    if unnamed:
+        raise ConfigError(f"key 'gate.pytest_args': the fixture creates test module(s) {unnamed} whose names are "
+                          f"outside its python_files {names}: pytest would not collect them")
+
+
+def _python_files(args: list[str]) -> list[str]:
+    """The ``python_files`` globs pytest arguments set (``-o python_files=...``, ``-opython_files=...``,
+    ``--override-ini[=]python_files=...``; the last one wins, as in pytest); empty when none is set."""
+    found: list[str] = []
+    for i, arg in enumerate(args):
+        value = None
+        if arg in ("-o", "--override-ini") and i + 1 < len(args):
+            value = args[i + 1]
+        elif arg.startswith("--override-ini="):
+            value = arg.removeprefix("--override-ini=")
+        elif arg.startswith("-o") and arg != "-o":
+            value = arg[2:]
+        if value and value.startswith("python_files="):
+            found = value.removeprefix("python_files=").split()
+    return found
 
 
 @contextmanager

@@ -147,6 +147,34 @@ def test_overlay_mistakes_are_refused_before_any_job(tmp_path: Path, which: str,
     assert f"key '{which}.overlay'" in msg and expected in msg, msg
 
 
+@pytest.mark.parametrize(("mutate", "expected"), [
+    # the attnres replay as first written: its fixture module beside the one file gate.tests named
+    (lambda d: d["gate"].update(tests=["tests/test_chunk_rwkv6_oracle.py"]),
+     "key 'gate.tests': the fixture creates test module(s) ['tests/test_chunk_rwkv6_oracle_bf16.py'] under no "
+     "gate.tests file or folder (['tests/test_chunk_rwkv6_oracle.py'])"),
+    # a folder that only shares the prefix, and a node id of another file
+    (lambda d: d["gate"].update(tests=["tes", "tests/test_x.py::test_y"]), "key 'gate.tests': the fixture creates"),
+    (lambda d: d["gate"].update(pytest_args=["-o", "python_files=check_*.py"]),
+     "key 'gate.pytest_args': the fixture creates test module(s) ['tests/test_chunk_rwkv6_oracle_bf16.py'] whose "
+     "names are outside its python_files ['check_*.py']"),
+    (lambda d: d["gate"].update(pytest_args=["--override-ini=python_files=oracle_*.py *_check.py"]),
+     "outside its python_files ['oracle_*.py', '*_check.py']"),
+])
+def test_a_fixture_module_the_gate_would_not_collect_is_refused(tmp_path: Path, mutate, expected: str) -> None:
+    """A test module the fixture creates outside every gate.tests path, or named outside the python_files the
+    campaign's pytest arguments set: fixture_freeze's fixture_tests_collected gate would fail it after target
+    and baseline_tests had run (the attnres replay's first GPU run did, on an H100); the file shows it."""
+    msg = refused(write(tmp_path, mutate))
+    assert expected in msg, msg
+
+
+@pytest.mark.parametrize("tests", [["tests"], ["tests/"], ["."], ["./tests"], ["tests/test_chunk_rwkv6_oracle_bf16.py"]])
+def test_a_fixture_module_under_a_gate_path_passes(tmp_path: Path, tests: list[str]) -> None:
+    c = campaign_checks.load(write(tmp_path, lambda d: d["gate"].update(
+        tests=tests, pytest_args=["-o", "python_files=test_*.py"])))
+    assert c.data["gate"]["tests"] == tests
+
+
 def test_registry_rows_are_not_judged_statically(tmp_path: Path) -> None:
     """With measure.registry the GPU row table is known at run time only: the registry counts as dense gated rows,
     row names it may hold and the classes are left to the stages; the explicit rows and the CPU side are checked."""

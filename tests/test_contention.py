@@ -3,7 +3,8 @@
 The classifier reads real records: an H100 gate run of Liger's TVD tests with 14 workers (every failure CUDA's
 out-of-memory error), an H100 candidate gate at 8 workers whose workers went on failing after their first
 out-of-memory error (8 of them "CUDA error: unknown error"), and an H200 fixture run whose failure was Triton's
-OutOfResources (shared memory), which is the kernel's own and never rerun. The runner is exercised on real
+OutOfResources (shared memory), which is the kernel's own and never rerun, and an H100 fixture run of fla's
+attnres tests at 14 workers where cuBLAS could not allocate its handle. The runner is exercised on real
 pytest-xdist runs of a toy suite whose two tests "run out of memory" only while both run at once (a stand-in for
 a GPU: this machine has none)."""
 
@@ -52,6 +53,31 @@ def test_real_h100_failures_after_a_workers_out_of_memory_are_the_sharing() -> N
     # without the workers (an older record), only the out-of-memory failures
     bare = {i: {k: v for k, v in t.items() if k != "worker"} for i, t in tests.items()}
     assert contention.sharing_suspects(bare, rec["workers"]) == sorted(oom)
+
+
+def test_real_h100_cublas_allocation_failures_are_the_sharing() -> None:
+    rec = json.loads((DATA / "contention" / "h100_attnres_fixture_run1.json").read_text())
+    tests = rec["tests"]
+    failed = sorted(i for i, t in tests.items() if t["outcome"] == "failed")
+    cublas = [i for i in failed if "CUBLAS_STATUS_ALLOC_FAILED" in tests[i]["message"]]
+    assert len(failed) == 11 and len(cublas) == 3
+    # each was its worker's first failure: only the wording makes it a suspect
+    for i in cublas:
+        before = list(tests)[:list(tests).index(i)]
+        assert not any(tests[j]["worker"] == tests[i]["worker"] and tests[j]["outcome"] == "failed" for j in before)
+        assert "OutOfMemoryError" not in tests[i]["message"] and "out of memory" not in tests[i]["message"]
+    assert contention.sharing_suspects(tests, rec["workers"]) == failed
+    # what the stage measured: the 8 others passed alone, these 3 in its reruns
+    assert sorted(rec["alone"]) == sorted(set(failed) - set(cublas))
+    assert all(t["outcome"] == "passed" for t in rec["alone"].values())
+    assert sorted(rec["rerun1_tests"]) == sorted(cublas)
+    assert all(t["outcome"] == "passed" for t in rec["rerun1_tests"].values())
+    # cuDNN's, cuSOLVER's, cuSPARSE's and cuFFT's wording, and a status that is not an allocation failure
+    for msg, suspect in [("CUDNN_STATUS_ALLOC_FAILED", True), ("CUSOLVER_STATUS_ALLOC_FAILED", True),
+                         ("CUSPARSE_STATUS_ALLOC_FAILED", True), ("CUFFT_ALLOC_FAILED", True),
+                         ("CUBLAS_STATUS_EXECUTION_FAILED", False), ("CUBLAS_STATUS_NOT_SUPPORTED", False)]:
+        one = {"t": {"outcome": "failed", "worker": "gw0", "message": f"RuntimeError: CUDA error: {msg}"}}
+        assert contention.sharing_suspects(one, 2) == (["t"] if suspect else []), msg
 
 
 def test_a_failure_before_the_workers_out_of_memory_stands() -> None:

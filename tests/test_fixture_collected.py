@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kgate.source import overlay
-from kgate.stages.fixture_freeze import created_test_files, created_tests_gate
+from kgate.stages.fixture_freeze import created_tests_gate
 
 REPO = Path(__file__).resolve().parent.parent
 LARGE_ROWS = REPO / "kernels" / "liger-layer-norm-bwd-945-large-rows" / "fixture"
@@ -18,13 +18,13 @@ OLD = [f"test/transformers/test_layer_norm.py::test_liger_layer_norm[dtype0-1e-0
 
 def test_created_modules_are_the_create_edits_with_test_names() -> None:
     variant = overlay.select(LARGE_ROWS, BASE)
-    assert created_test_files(variant) == [NEW]
+    assert overlay.created_test_files(variant) == [NEW]
     edits = (
         {"path": "tests/helpers_data.py", "create": "x.py"},
         {"path": "tests/ops/check_test.py", "create": "y.py"},
         {"path": "tests/test_old.py", "append": "z.py"},
     )
-    assert created_test_files(overlay.Variant(LARGE_ROWS, ("*",), edits)) == ["tests/ops/check_test.py"]
+    assert overlay.created_test_files(overlay.Variant(LARGE_ROWS, ("*",), edits)) == ["tests/ops/check_test.py"]
 
 
 def test_a_fixture_module_deselected_by_its_own_file_name() -> None:

@@ -96,6 +96,16 @@ def edit_paths(variant: Variant) -> list[str]:
     return out
 
 
+def created_test_files(variant: Variant) -> list[str]:
+    """The Python test modules the variant creates (``test*.py`` or ``*_test.py``, pytest's default names)."""
+    out = []
+    for edit in variant.edits:
+        name = PurePosixPath(edit["path"]).name
+        if "create" in edit and name.endswith(".py") and (name.startswith("test") or name.endswith("_test.py")):
+            out.append(edit["path"])
+    return out
+
+
 def apply(variant: Variant, worktree: Path) -> list[str]:
     """Apply every edit to ``worktree``; return the target paths touched."""
     touched = []

@@ -15,7 +15,6 @@ manifest: sha256 of the frozen paths and of the gate's test files.
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import PurePosixPath
 
 from kgate import epochs, paths
 from kgate.records import Gate, StageResult, write_json
@@ -31,16 +30,6 @@ def frozen_patterns(ctx: Context, fixture_paths: list[str]) -> list[str]:
     return sorted(set(ctx.campaign.data["frozen"]) | set(ctx.campaign.data["gate"]["tests"]) | set(fixture_paths))
 
 
-def created_test_files(variant: overlay.Variant) -> list[str]:
-    """The Python test modules the fixture creates (``test*.py`` or ``*_test.py``, pytest's default names)."""
-    out = []
-    for edit in variant.edits:
-        name = PurePosixPath(edit["path"]).name
-        if "create" in edit and name.endswith(".py") and (name.startswith("test") or name.endswith("_test.py")):
-            out.append(edit["path"])
-    return out
-
-
 def created_tests_gate(variant: overlay.Variant, collected: list[str], select: str | None, cpu: bool,
                        evidence: str | None) -> Gate:
     """Every test module the fixture creates contributes collected ids to the run.
@@ -49,7 +38,7 @@ def created_tests_gate(variant: overlay.Variant, collected: list[str], select: s
     outside ``python_files``, its folder outside ``gate.tests``) or the device's selection deselects all of it
     (``-k`` also matches file, class and function names: ``not large`` drops a file named ``*large*``). Fail,
     except on CPU with a selection, where a fixture may be all GPU-sized (skip, with the file named)."""
-    created = created_test_files(variant)
+    created = overlay.created_test_files(variant)
     counts = {path: sum(1 for i in collected if i.startswith(f"{path}::")) for path in created}
     empty = [p for p, n in counts.items() if n == 0]
     threshold = "every test module the fixture creates has collected test ids"

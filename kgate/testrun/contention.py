@@ -1,20 +1,21 @@
 """Gate tests that ran out of GPU memory beside other pytest-xdist workers: their outcome is the one alone.
 
-Method: a gate run with W > 1 workers runs W test processes on one GPU at once. A test that fails there with
-CUDA's out-of-memory error (``torch.OutOfMemoryError``, "CUDA out of memory", "CUDA error: out of memory") may
-have run out only because the other W - 1 processes held theirs: that failure measured the sharing, not the
-code. So may every later failure of the same worker process: after its first out-of-memory error a process is
-no longer a sound place to run CUDA (an H100 gate run of Liger's TVD tests at 8 workers had two workers fail
-test after test once each had run out, 8 of them with "CUDA error: unknown error"; the same tests of the same
-candidate passed in its H200 gate, 360 of 360). ``kgate.testrun.runner.run`` runs exactly those ids once more
-with one worker (``sharing_suspects``), and the run alone decides each of them (``settle``): passed alone is
-passed, and a failure alone (out of memory too) is the test's own. Every other failure stands as measured: a
-failure on a worker before its first out-of-memory error (a wrong result, a crash, a timeout), or a Triton
-``OutOfResources`` (shared memory or registers, a compile-time fact of the kernel and its config, the same
-alone), is never blamed on the sharing. Which worker ran a test and in what order comes from pytest-xdist's
-reports (``worker`` in the outcomes file); a record without it gets the out-of-memory failures alone. Each
-settled test keeps what the shared run saw (``alone``: its outcome there, the worker count, its worker and the
-end of its message), and the summary counts them.
+Method: a gate run with W > 1 workers runs W test processes on one GPU at once. A test that fails there with CUDA's
+out-of-memory error (``torch.OutOfMemoryError``, "CUDA out of memory", "CUDA error: out of memory"), or a CUDA
+library's failure to allocate its handle or workspace (cuBLAS's ``CUBLAS_STATUS_ALLOC_FAILED`` when calling
+``cublasCreate``, and cuDNN's, cuSOLVER's, cuSPARSE's and cuFFT's counterparts), may have run out only because the
+other W - 1 processes held theirs: that failure measured the sharing, not the code. So may every later failure of
+the same worker process: after its first out-of-memory error a process is no longer a sound place to run CUDA (an
+H100 gate run of Liger's TVD tests at 8 workers had two workers fail test after test once each had run out, 8 of
+them with "CUDA error: unknown error"; the same tests of the same candidate passed in its H200 gate, 360 of 360).
+``kgate.testrun.runner.run`` runs exactly those ids once more with one worker (``sharing_suspects``), and the run
+alone decides each of them (``settle``): passed alone is passed, and a failure alone (out of memory too) is the
+test's own. Every other failure stands as measured: a failure on a worker before its first out-of-memory error (a
+wrong result, a crash, a timeout), or a Triton ``OutOfResources`` (shared memory or registers, a compile-time fact
+of the kernel and its config, the same alone), is never blamed on the sharing. Which worker ran a test and in what
+order comes from pytest-xdist's reports (``worker`` in the outcomes file); a record without it gets the
+out-of-memory failures alone. Each settled test keeps what the shared run saw (``alone``: its outcome there, the
+worker count, its worker and the end of its message), and the summary counts them.
 
 Adversarial reading: a candidate that raises an out-of-memory error on purpose gains a run alone, which
 then judges it like any serial run; nothing is skipped. Limits: alone means without the other workers of
@@ -28,8 +29,12 @@ from __future__ import annotations
 import re
 from typing import Any
 
-#: CUDA's out-of-memory errors as torch and the CUDA runtime word them (a Triton OutOfResources is not one)
-PATTERN = re.compile(r"\bOutOfMemoryError\b|CUDA out of memory|CUDA error: out of memory")
+#: CUDA's out-of-memory errors as torch, the CUDA runtime and CUDA's libraries word them (an H100 fixture run of
+#: fla's attnres tests at 14 workers had 3 tests fail with "CUBLAS_STATUS_ALLOC_FAILED when calling
+#: `cublasCreate(handle)`" beside 8 torch.OutOfMemoryError; the 8 passed alone, the 3 in both reruns).
+#: A Triton OutOfResources is not one.
+PATTERN = re.compile(r"\bOutOfMemoryError\b|CUDA out of memory|CUDA error: out of memory"
+                     r"|\bCU(?:BLAS|DNN|SOLVER|SPARSE)_STATUS_ALLOC_FAILED\b|\bCUFFT_ALLOC_FAILED\b")
 #: characters of the shared run's message kept beside the settled outcome
 _KEEP = 400
 
