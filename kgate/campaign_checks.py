@@ -30,7 +30,8 @@ whatever device the run is on. Checked, with the helpers the stages use:
 - ``reference.callable``: its file exists, and the campaign has a ``measure``
   section (``kgate.measure.reference.load``);
 - the fixture's test modules (``kgate.source.overlay.created_test_files``): each
-  lies under a ``gate.tests`` file or folder, and its name matches the
+  lies under a ``gate.tests`` folder and is not an entry itself (it does not
+  exist at the baseline, where the same paths run), and its name matches the
   ``python_files`` that ``gate.pytest_args`` sets with ``-o``/``--override-ini``,
   if it sets one (else fixture_freeze's fixture_tests_collected would fail after
   two stages of GPU time: the attnres replay's first GPU run did).
@@ -128,10 +129,16 @@ def _overlays(c: Campaign) -> None:
 
 
 def _created_tests_run(c: Campaign, created: list[str]) -> None:
-    """Each test module the fixture creates is one the gate's pytest run collects: under a ``gate.tests`` file or
-    folder (an entry with ``::`` names tests of an existing file, so it covers none), with a name inside the
-    ``python_files`` of ``gate.pytest_args`` when it sets one."""
+    """Each test module the fixture creates is one the gate's pytest run collects: under a ``gate.tests`` folder
+    (not named itself: the same paths run at the baseline, where it does not exist yet; an entry with ``::``
+    names tests of an existing file, so it covers none), with a name inside the ``python_files`` of
+    ``gate.pytest_args`` when it sets one."""
     entries = [posixpath.normpath(t) for t in c.data["gate"]["tests"] if "::" not in t]
+    named = [p for p in created if any(posixpath.normpath(t.split("::")[0]) == p for t in c.data["gate"]["tests"])]
+    if named:
+        raise ConfigError(f"key 'gate.tests': names test module(s) {named} that the fixture creates, absent at the "
+                          "baseline, so baseline_tests would collect nothing from them: name their folder and narrow "
+                          "it with python_files in gate.pytest_args")
     outside = [p for p in created if not any(t == "." or p == t or p.startswith(t.rstrip("/") + "/") for t in entries)]
     if outside:
         raise ConfigError(f"key 'gate.tests': the fixture creates test module(s) {outside} under no gate.tests "

@@ -152,6 +152,12 @@ def test_overlay_mistakes_are_refused_before_any_job(tmp_path: Path, which: str,
     (lambda d: d["gate"].update(tests=["tests/test_chunk_rwkv6_oracle.py"]),
      "key 'gate.tests': the fixture creates test module(s) ['tests/test_chunk_rwkv6_oracle_bf16.py'] under no "
      "gate.tests file or folder (['tests/test_chunk_rwkv6_oracle.py'])"),
+    # the module itself: absent at the baseline (the attnres replay's second GPU run found baseline_tests empty)
+    (lambda d: d["gate"].update(tests=["tests/test_chunk_rwkv6_oracle.py", "tests/test_chunk_rwkv6_oracle_bf16.py"]),
+     "key 'gate.tests': names test module(s) ['tests/test_chunk_rwkv6_oracle_bf16.py'] that the fixture creates, "
+     "absent at the baseline"),
+    (lambda d: d["gate"].update(tests=["tests", "./tests/test_chunk_rwkv6_oracle_bf16.py::test_x"]),
+     "names test module(s) ['tests/test_chunk_rwkv6_oracle_bf16.py']"),
     # a folder that only shares the prefix, and a node id of another file
     (lambda d: d["gate"].update(tests=["tes", "tests/test_x.py::test_y"]), "key 'gate.tests': the fixture creates"),
     (lambda d: d["gate"].update(pytest_args=["-o", "python_files=check_*.py"]),
@@ -168,7 +174,7 @@ def test_a_fixture_module_the_gate_would_not_collect_is_refused(tmp_path: Path, 
     assert expected in msg, msg
 
 
-@pytest.mark.parametrize("tests", [["tests"], ["tests/"], ["."], ["./tests"], ["tests/test_chunk_rwkv6_oracle_bf16.py"]])
+@pytest.mark.parametrize("tests", [["tests"], ["tests/"], ["."], ["./tests"]])
 def test_a_fixture_module_under_a_gate_path_passes(tmp_path: Path, tests: list[str]) -> None:
     c = campaign_checks.load(write(tmp_path, lambda d: d["gate"].update(
         tests=tests, pytest_args=["-o", "python_files=test_*.py"])))
