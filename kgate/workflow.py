@@ -21,7 +21,8 @@ target rerun only for their own inputs; a threshold changed with
 needs the new epoch. Limit: under ``--no-hooks`` the ledger is not written, so
 a stage in a changed contract refuses to run (``kgate.epochs.current``).
 
-``resolve`` also reads every record the run's walk would read that exists: a
+``resolve`` also checks that every ``gate.tests`` path is in a git target's baseline
+commit (``gate_tests_at_baseline``), and reads every record the run's walk would read that exists: a
 truncated or corrupt one (or the ledger) is one line naming its path, before
 the DAG is built. Snakemake's lock files are made safe for lanes by
 ``kgate.locks`` (installed by workflow/rules/common.smk).
@@ -37,7 +38,7 @@ from kgate import campaign_checks, device, epochs, paths, protocol
 from kgate.campaign import Campaign, validate
 from kgate.errors import ConfigError, IncompleteData
 from kgate.records import read_record
-from kgate.source import candidate
+from kgate.source import candidate, git
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,10 +86,26 @@ def resolve(config: dict[str, Any]) -> Run:
         raise ConfigError(f"{camp.path}: key 'gate.cpu_unavailable': campaign {camp.name} does not run on CPU: {why}")
     new_epoch = _flag(cfg.get("new_epoch", False))
     epoch = epochs.check(camp, new_epoch).epoch
+    gate_tests_at_baseline(camp)
     cand = candidate.identity(camp)
     check_records(camp.name, gpu, cand)
     return Run(campaign=camp, gpu=gpu, candidate=cand, force=_flag(cfg.get("force", False)),
                config=cfg, epoch=epoch, new_epoch=new_epoch)
+
+
+def gate_tests_at_baseline(camp: Campaign) -> None:
+    """Every ``gate.tests`` path (a node id's file) is in the baseline commit of a ``repo`` target whose clone
+    is there and holds that commit; else baseline_tests would find nothing to collect (or run less than named).
+    A missing clone or commit is left to the target stage, which says so; a pypi target's tree is its sdist,
+    unpacked only by that stage."""
+    if camp.target_kind != "repo" or not camp.repo_path.is_dir():
+        return
+    entries = list(dict.fromkeys(t.split("::")[0] for t in camp.data["gate"]["tests"]))
+    sha = camp.data["target"]["repo"]["baseline"]
+    missing = git.missing_paths(camp.repo_path, sha, entries)
+    if missing:
+        raise ConfigError(f"{camp.path}: key 'gate.tests': {missing} not in the baseline {sha[:12]} of "
+                          f"{camp.repo_path}: baseline_tests would have nothing there to collect")
 
 
 def check_records(campaign: str, gpu: str, cand: str) -> None:

@@ -355,3 +355,61 @@ def test_a_ref_candidate_whose_clone_is_missing_is_one_line_naming_the_key(tmp_p
     line = _one_error_line(_dry_run(tmp_path, f"campaign={path}", "gpu=h200"))
     assert line == (f"kgate: error: key 'target.repo.path' (or --config target_path=<clone>): {tmp_path / 'no-clone'} "
                     "is not a folder: clone the target there")
+
+
+def _toy_target(tmp_path: Path, files: list[str]) -> tuple[Path, str]:
+    """A git clone in ``tmp_path`` with one commit holding ``files``; its path and the commit."""
+    repo = tmp_path / "toy-target"
+    for rel in files:
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_text("def test_ok():\n    pass\n")
+    env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t",
+               GIT_COMMITTER_EMAIL="t@t")
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "base"]):
+        subprocess.run(["git", "-C", str(repo), *args], check=True, env=env)
+    sha = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], check=True, capture_output=True,
+                         text=True).stdout.strip()
+    return repo, sha
+
+
+def _on_toy(tmp_path: Path, repo: Path, sha: str, tests: list[str]) -> Path:
+    """The upstream campaign on the toy clone, with a fixture that creates one module and the identity candidate
+    (overlays for any baseline)."""
+    fixture = tmp_path / "fixture"
+    fixture.mkdir(parents=True)
+    (fixture / "cases.py").write_text("def test_case():\n    pass\n")
+    (fixture / "overlay.yaml").write_text(yaml.safe_dump({"schema": "kgate.overlay/1", "description": "one module",
+        "variants": [{"applies_to": ["*"], "edits": [{"path": "tests/ops/test_cases.py", "create": "cases.py"}]}]}))
+
+    def mutate(d: dict) -> None:
+        d["target"]["repo"].update(path=str(repo), baseline=sha)
+        d["gate"]["tests"] = tests
+        d["fixture"]["overlay"] = str(fixture)
+        d["candidate"]["overlay"] = "kernels/rwkv6_bwd_fused/identity"
+    return write(tmp_path, mutate, UPSTREAM)
+
+
+def test_a_gate_path_absent_at_the_baseline_is_refused_at_dag_build(tmp_path: Path) -> None:
+    """gate.tests names a path the target's baseline commit lacks (a typo, or a file only a later commit adds):
+    baseline_tests would collect nothing there (the attnres replay's second GPU run did, on an H100, with the
+    fixture's own module named). The DAG build reads the clone's trees and says which key and path, once."""
+    repo, sha = _toy_target(tmp_path, ["tests/ops/test_rwkv6.py", "fla/__init__.py"])
+    bad = _on_toy(tmp_path / "bad", repo, sha, ["tests/ops", "tests/ops/test_rwkv7.py::test_x", "tests/op"])
+    line = _one_error_line(_dry_run(tmp_path / "bad", f"campaign={bad}", "gpu=h200"))
+    assert line == (f"kgate: error: {bad}: key 'gate.tests': ['tests/ops/test_rwkv7.py', 'tests/op'] not in the "
+                    f"baseline {sha[:12]} of {repo}: baseline_tests would have nothing there to collect"), line
+    for tests in (["tests/ops"], ["tests/ops/", "./tests/ops/test_rwkv6.py::test_ok"], ["."]):
+        good = _on_toy(tmp_path / str(len(tests)) / tests[0].replace("/", "_"), repo, sha, tests)
+        proc = _dry_run(tmp_path / "good", f"campaign={good}", "gpu=h200")
+        assert proc.returncode == 0 and "kgate: error" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+
+
+def test_a_gate_path_is_not_judged_without_the_clone_or_its_baseline(tmp_path: Path) -> None:
+    """No clone there, or one without the baseline commit: the target stage says so; the path check has
+    nothing to read and stays silent (it neither passes nor refuses on a guess)."""
+    from kgate.source import git
+
+    repo, sha = _toy_target(tmp_path, ["tests/ops/test_rwkv6.py"])
+    assert git.missing_paths(repo, sha, ["tests/ops", "tests/ops/x.py", "."]) == ["tests/ops/x.py"]
+    assert git.missing_paths(repo, "0" * 40, ["tests/ops/x.py"]) is None
+    assert git.missing_paths(tmp_path / "nowhere", sha, ["tests/ops/x.py"]) is None

@@ -32,7 +32,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from kgate.errors import KgateError, TargetError
 from kgate.records import atomic_write_text
@@ -120,6 +120,23 @@ def neutral_attributes(repo: Path) -> None:
 def has_commit(repo: Path, sha: str) -> bool:
     return subprocess.run(["git", "--git-dir", str(repo), "cat-file", "-e", f"{sha}^{{commit}}"],
                           capture_output=True).returncode == 0
+
+
+def missing_paths(repo: Path, commit: str, rels: list[str]) -> list[str] | None:
+    """Which of ``rels`` (files or folders, relative to the root) ``commit``'s tree lacks, read with
+    ``git ls-tree`` (one call a path) in ``repo`` (a clone or a bare repository); None when ``repo`` is no git
+    repository or lacks ``commit``."""
+    gitdir = git("-C", str(repo), "rev-parse", "--absolute-git-dir", check=False).strip()
+    if not gitdir or not has_commit(Path(gitdir), commit):
+        return None
+    wanted = [r for r in rels if PurePosixPath(r).as_posix() not in (".", "")]
+    if not wanted:
+        return []
+    # trees only (ls-tree, one path a call: a path and a file below it in one call list only the file), so a
+    # partial clone's absent blobs are never fetched
+    return [r for r in wanted if PurePosixPath(r).as_posix() not in git(
+        "--git-dir", gitdir, "ls-tree", "-z", "--name-only", "--full-tree", commit, "--",
+        PurePosixPath(r).as_posix()).split("\0")]
 
 
 def commit_tree_from_dir(repo: Path, src_dir: Path, message: str) -> str:
