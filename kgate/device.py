@@ -56,18 +56,55 @@ def class_from_name(name: str) -> str:
 def detect() -> Device:
     """Ask nvidia-smi for the first GPU this process may use (the first entry of
     CUDA_VISIBLE_DEVICES, an index or a UUID, else GPU 0); none means ``cpu``."""
-    exe = shutil.which("nvidia-smi")
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if exe is None or visible in ("", "-1"):
+    first = _first_visible()
+    if first is None:
         return Device("cpu", "cpu", None, None, None)
-    first = visible.split(",")[0].strip() if visible else "0"
     q = "name,uuid,compute_cap,driver_version"
-    proc = subprocess.run([exe, f"--query-gpu={q}", "--format=csv,noheader", f"--id={first}"],
+    proc = subprocess.run([str(shutil.which("nvidia-smi")), f"--query-gpu={q}", "--format=csv,noheader", f"--id={first}"],
                           capture_output=True, text=True, timeout=60)
     if proc.returncode != 0 or not proc.stdout.strip():
         return Device("cpu", "cpu", None, None, None)
     name, uuid, cap, driver = [x.strip() for x in proc.stdout.strip().splitlines()[0].split(",")]
     return Device(class_from_name(name), name, uuid, cap, driver)
+
+
+@dataclass(frozen=True, slots=True)
+class Memory:
+    """The memory of the GPU a process sees, as nvidia-smi reports it (MiB, here in bytes)."""
+
+    total_bytes: int
+    used_bytes: int
+
+    @property
+    def free_bytes(self) -> int:
+        return max(0, self.total_bytes - self.used_bytes)
+
+    def as_dict(self) -> dict[str, int]:
+        return {"total_bytes": self.total_bytes, "used_bytes": self.used_bytes, "free_bytes": self.free_bytes}
+
+
+def _first_visible() -> str | None:
+    """nvidia-smi's ``--id`` of the first GPU this process may use, or None when it sees none."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if shutil.which("nvidia-smi") is None or visible in ("", "-1"):
+        return None
+    return visible.split(",")[0].strip() if visible else "0"
+
+
+def memory() -> Memory | None:
+    """Total and used memory of the first GPU this process may use, now; None without one (or when nvidia-smi
+    cannot say, as on some virtual GPUs: ``[N/A]``). Limits: used memory is every process's, this one's too."""
+    first = _first_visible()
+    if first is None:
+        return None
+    proc = subprocess.run([str(shutil.which("nvidia-smi")), "--query-gpu=memory.total,memory.used",
+                           "--format=csv,noheader,nounits", f"--id={first}"], capture_output=True, text=True,
+                          timeout=60)
+    try:
+        total, used = (int(x.strip()) for x in proc.stdout.strip().splitlines()[0].split(","))
+    except (IndexError, ValueError):
+        return None
+    return Memory(total << 20, used << 20)
 
 
 def check_class(expected: str) -> Device:

@@ -206,3 +206,74 @@ def test_out_of_memory_alone_is_the_tests_own(tmp_path: Path) -> None:
     serial = gate.run(_spec(1, "tight"), root, tmp_path / "out1", tmp_path / "cache", tag="gate")
     assert "alone" not in serial.tests[TIGHT] and serial.alone_log is None
     assert not (tmp_path / "out1" / "gate-alone.pytest.log").exists()
+
+
+# A crowd of four test files whose tests each "run out of memory" once three of them run at once (a stand-in for
+# four tests whose peaks fit two at a time; this machine has no GPU). In a run of 3 or more workers a test waits
+# up to 20 s for the crowd and its marker stays, so every test of that run sees it; in a narrower run it holds
+# for half a second and leaves.
+CROWD = '''
+import os
+import time
+from pathlib import Path
+import pytest
+import torch
+
+HERE = Path(__file__).parent
+
+@pytest.fixture
+def crowd():
+    def _crowd(name):
+        n = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+        mine = HERE / f".crowd-{n}-{name}.running"
+        mine.write_text("")
+        try:
+            end = time.time() + (20 if n >= 3 else 0.5)
+            while time.time() < end:
+                if len(list(HERE.glob(f".crowd-{n}-*.running"))) >= 3:
+                    raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB.")
+                time.sleep(0.05)
+        finally:
+            if n < 3:
+                mine.unlink()
+    return _crowd
+'''
+CROWD_IDS = [f"tests/test_crowd{k}.py::test_crowd{k}" for k in range(4)]
+
+
+def test_suspects_with_measured_peaks_rerun_at_the_count_they_fit_before_any_runs_alone(tmp_path: Path) -> None:
+    root = _tree(tmp_path)
+    (root / "tests" / "conftest.py").write_text(CONFTEST + CROWD.replace("import pytest\nimport torch\n", ""))
+    for k in range(4):
+        (root / "tests" / f"test_crowd{k}.py").write_text(f"def test_crowd{k}(crowd):\n    crowd('c{k}')\n")
+    gib = 1 << 30
+    # each test's peak from an earlier run: 20 GiB; 50 GiB free fit two at a time (kgate.testrun.memory_fit)
+    peaks = tuple((i, 20 * gib) for i in [*CROWD_IDS, TIGHT])
+    spec = gate.GateSpec(**{**{f: getattr(_spec(4, "crowd or tight"), f) for f in gate.GateSpec.__slots__},
+                            "peaks": peaks, "free_bytes": 50 * gib})
+    run = gate.run(spec, root, tmp_path / "out", tmp_path / "cache", tag="gate")
+    # the wide run: all four of the crowd ran out beside each other, and tight as ever
+    assert sorted(contention.settled_ids(run.tests)) == sorted([*CROWD_IDS, TIGHT])
+    assert run.fitted is not None and run.fitted["workers"] == 2 and sorted(run.fitted["ids"]) == sorted(
+        [*CROWD_IDS, TIGHT])
+    fitted_cmd = Path(run.fitted["log"]).read_text().splitlines()[0]
+    assert " -n 2 " in f"{fitted_cmd} " or "-n=2" in fitted_cmd
+    # two at a time, the crowd passed: decided there, none of them alone
+    for i in CROWD_IDS:
+        t = run.tests[i]
+        assert t["outcome"] == "passed" and t["alone"]["decided_at_workers"] == 2
+        assert t["alone"]["outcome"] == "failed" and t["alone"]["workers"] == 4
+    # tight ran out there too, so it went alone, where it ran out again: its own failure, with both runs kept
+    t = run.tests[TIGHT]
+    assert t["outcome"] == "failed" and t["alone"]["decided_at_workers"] == 1
+    assert t["alone"]["workers"] == 2 and t["alone"]["before"]["workers"] == 4
+    assert run.alone_log and TIGHT in Path(run.alone_log).read_text().splitlines()[0]
+    assert all(i not in Path(run.alone_log).read_text().splitlines()[0] for i in CROWD_IDS)
+    assert run.bad_ids == [TIGHT] and not run.green
+    assert "decided by a run at 2 worker(s) fitted to their memory peaks or 1 worker (alone)" in run.summary()
+    assert "beside 3 other worker(s)" in run.summary()
+    assert run.as_data()["fitted"]["workers"] == 2
+    # a suspect without a measured peak: no fitted run, every suspect alone, as before
+    bare = gate.GateSpec(**{**{f: getattr(spec, f) for f in gate.GateSpec.__slots__}, "peaks": peaks[:-1]})
+    again = gate.run(bare, root, tmp_path / "out2", tmp_path / "cache", tag="gate")
+    assert again.fitted is None and not (tmp_path / "out2" / "gate-fitted.pytest.log").exists()

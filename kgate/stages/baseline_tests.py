@@ -29,5 +29,5 @@ def run(ctx: Context) -> StageResult:
     first, history = run_with_reruns(spec, wt, ctx.out_dir, cache, c.data["gate"]["reruns"])
     row = judge(first, history, first.junit_path, "baseline_gate")
     data = {"baseline_sha": target["data"]["baseline_sha"], "worktree": str(wt), "run": first.as_data(),
-            "reruns": history, "triton_cache": str(cache)}
+            "reruns": history, "triton_cache": str(cache), "workers": ctx.workers_basis()}
     return StageResult(gates=[row], data=data)

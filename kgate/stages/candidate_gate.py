@@ -208,7 +208,7 @@ def run(ctx: Context) -> StageResult:
     data = {"candidate": cid, "candidate_sha": build["data"]["candidate_sha"], "bench_base": fx["data"]["bench_base"],
             "worktree": str(wt), "run": main.as_data(), "dependent": dep_data, "dependent_files": dep_files,
             "dependent_at_bench_base": base_data, "dependent_attribution": attribution,
-            "triton_cache": str(cache), "precompile": pre_record}
+            "triton_cache": str(cache), "precompile": pre_record, "workers": ctx.workers_basis()}
     return StageResult(gates=gates, data=data)
 
 
@@ -254,3 +254,4 @@ def start_precompile(ctx: Context, wt: Path, slots: str | None = None
     except (KgateError, OSError) as exc:
         # it decides nothing: a precompile that cannot start is recorded, and the gate runs as ever
         return None, f"could not start: {type(exc).__name__}: {exc}"
+

@@ -28,10 +28,13 @@ from kgate.measure import worker_numerics
 from kgate.measure.arms import Arm, WorkerFailure
 from kgate.records import Gate, StageResult, build_record, read_record, write_json
 from kgate.source.worktree import verify_frozen, verify_worktree
-from kgate.testrun import runner
+from kgate.testrun import memory_fit, runner
 
 StageFn = Callable[["Context"], StageResult]
 
+#: The records whose gate runs measured the per-test GPU memory peaks that size the run of the tests that ran out
+#: of memory beside other workers (``kgate.testrun.runner.recovery_fit``)
+MEMORY_PEAK_SOURCES = ("baseline_tests", "fixture_freeze")
 #: Shares of the stage time limit (``--runtime-min``) given to what a stage starts, one per purpose; the rest
 #: of the limit is left for the stage's own work around it before the workflow's limit ends the job.
 #: A gate run (pytest: baseline_tests, fixture_freeze, candidate_gate and the dependent tests).
@@ -57,6 +60,8 @@ class Context:
     args: argparse.Namespace
     device: dict[str, Any]
     inputs: dict[str, dict[str, Any]]
+    #: the GPU's memory at the stage's start (``kgate.device.memory``); None on CPU or when it cannot be read
+    gpu_memory: device_mod.Memory | None = None
 
     @property
     def stage(self) -> str:
@@ -83,6 +88,21 @@ class Context:
         ``runner.resolve_workers`` on this machine's cores, capped by the campaign's ``gate.max_workers``."""
         return runner.resolve_workers(str(self.args.workers), cpu=self.gpu == "cpu",
                                       cap=self.campaign.data["gate"].get("max_workers"))
+
+    def memory_peaks(self) -> dict[str, int]:
+        """Each gate test id's largest GPU memory peak in the earlier gate runs among this stage's inputs
+        (``MEMORY_PEAK_SOURCES``): what sizes the run of the tests that ran out of memory beside other workers
+        (``kgate.testrun.runner.recovery_fit``)."""
+        return memory_fit.peaks([self.inputs[s]["data"]["run"] for s in MEMORY_PEAK_SOURCES
+                                 if s in self.inputs and self.inputs[s]["data"].get("run")])
+
+    def workers_basis(self) -> dict[str, Any]:
+        """How the gate runs' workers are decided, for the stage's record: the setting, the count, the GPU's
+        memory at the stage's start, and how many test ids have a peak from which records."""
+        return {"setting": str(self.args.workers), "workers": self.workers,
+                "gpu_memory": self.gpu_memory.as_dict() if self.gpu_memory else None,
+                "tests_with_peaks": len(self.memory_peaks()),
+                "peaks_from": [s for s in MEMORY_PEAK_SOURCES if s in self.inputs]}
 
     @property
     def kernel_cache(self) -> KernelCache:
@@ -158,7 +178,9 @@ class Context:
             env_set=tuple(sorted((g.get("env") or {}).items())),
             restore_env=tuple(g.get("restore_env", [])),
             cache_env=tuple(sorted(self.kernel_cache.env().items())),
-            compile_slots=0 if cpu or g.get("compile_serially") else device_mod.usable_cores())
+            compile_slots=0 if cpu or g.get("compile_serially") else device_mod.usable_cores(),
+            peaks=tuple(sorted(self.memory_peaks().items())),
+            free_bytes=self.gpu_memory.free_bytes if self.gpu_memory else None)
 
 
 def timed_arms(ctx: Context, worktrees: tuple[Path, Path], start: Callable[[list[tuple[str, Path, Path]]], list[Arm]],
@@ -251,7 +273,7 @@ def execute(stage: str, fn: StageFn, args: argparse.Namespace) -> int:
     dev = device_mod.check_class(args.gpu)
     inputs = load_inputs(args.input_record, force=bool(getattr(args, "force", False)))
     ctx = Context(campaign=camp, gpu=args.gpu, candidate=args.candidate, args=args,
-                  device=dev.as_dict(), inputs=inputs)
+                  device=dev.as_dict(), inputs=inputs, gpu_memory=None if dev.klass == "cpu" else device_mod.memory())
     cache = ctx.kernel_cache
     cache.prepare()
     at_start = cache.census()

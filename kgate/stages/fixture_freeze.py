@@ -107,7 +107,7 @@ def run(ctx: Context) -> StageResult:
             "worktree": str(wt), "fixture_paths": touched, "manifest": sums, "manifest_path": str(man_path),
             "run": first.as_data(), "reruns": history, "baseline_passed": base["data"]["run"]["counts"].get("passed", 0),
             "fixture_passed": first.counts.get("passed", 0), "added_ids": added,
-            "patch": git.patch(wt, baseline_sha, bench_base)}
+            "patch": git.patch(wt, baseline_sha, bench_base), "workers": ctx.workers_basis()}
     result = StageResult(gates=gates, data=data)
     if result.status == "pass":
         # the contract is fixed from here on: a later change needs new_epoch=true

@@ -10,12 +10,15 @@ H100 gate run of Liger's TVD tests at 8 workers had two workers fail test after 
 them with "CUDA error: unknown error"; the same tests of the same candidate passed in its H200 gate, 360 of 360).
 ``kgate.testrun.runner.run`` runs exactly those ids once more with one worker (``sharing_suspects``), and the run
 alone decides each of them (``settle``): passed alone is passed, and a failure alone (out of memory too) is the
-test's own. Every other failure stands as measured: a failure on a worker before its first out-of-memory error (a
-wrong result, a crash, a timeout), or a Triton ``OutOfResources`` (shared memory or registers, a compile-time fact
-of the kernel and its config, the same alone), is never blamed on the sharing. Which worker ran a test and in what
-order comes from pytest-xdist's reports (``worker`` in the outcomes file); a record without it gets the
-out-of-memory failures alone. Each settled test keeps what the shared run saw (``alone``: its outcome there, the
-worker count, its worker and the end of its message), and the summary counts them.
+test's own. When every one of those ids has a memory peak measured by an earlier gate run of the campaign, they
+first run together at the worker count those peaks fit (``kgate.testrun.memory_fit``; more than one): a pass there
+is a pass, a failure there that is not the sharing is the test's own, and what runs out of memory there too (or
+fails on a worker that did) goes alone. Every other failure stands as measured: a failure on a worker before its
+first out-of-memory error (a wrong result, a crash, a timeout), or a Triton ``OutOfResources`` (shared memory or
+registers, a compile-time fact of the kernel and its config, the same alone), is never blamed on the sharing. Which
+worker ran a test and in what order comes from pytest-xdist's reports (``worker`` in the outcomes file); a record
+without it gets the out-of-memory failures alone. Each settled test keeps what the shared run saw (``alone``: its
+outcome there, the worker count, its worker and the end of its message), and the summary counts them.
 
 Adversarial reading: a candidate that raises an out-of-memory error on purpose gains a run alone, which
 then judges it like any serial run; nothing is skipped. Limits: alone means without the other workers of
@@ -61,17 +64,21 @@ def sharing_suspects(tests: dict[str, dict[str, Any]], workers: int) -> list[str
 
 
 def settle(tests: dict[str, dict[str, Any]], alone: dict[str, dict[str, Any]], ids: list[str],
-           workers: int) -> dict[str, dict[str, Any]]:
-    """``tests`` with each of ``ids`` replaced by its outcome in the run alone (``alone``).
+           workers: int, decided_at: int = 1) -> dict[str, dict[str, Any]]:
+    """``tests`` with each of ``ids`` replaced by its outcome in the later run (``alone``: a run alone, or at
+    ``decided_at`` workers fitted to the ids' memory peaks, ``kgate.testrun.memory_fit``).
 
-    An id the run alone did not finish keeps its shared failure, marked as not finished alone."""
+    An id the later run did not finish keeps its shared failure, marked as not finished alone. An id settled
+    twice (fitted, then alone) keeps what the first shared run saw under ``before``."""
     out = dict(tests)
     for i in ids:
         shared = tests[i]
         seen = {"workers": workers, "outcome": shared["outcome"],
-                "message_end": (shared.get("message") or "")[-_KEEP:]}
+                "message_end": (shared.get("message") or "")[-_KEEP:], "decided_at_workers": decided_at}
         if shared.get("worker"):
             seen["worker"] = shared["worker"]
+        if shared.get("alone"):
+            seen["before"] = shared["alone"]
         if i in alone:
             out[i] = {**alone[i], "alone": seen}
         else:

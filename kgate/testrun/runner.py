@@ -39,7 +39,7 @@ from typing import Any
 from kgate import paths
 from kgate.device import usable_cores
 from kgate.errors import ConfigError, KgateError, ProvenanceMismatch
-from kgate.testrun import contention, outcomes_plugin, parallel_compile, resume
+from kgate.testrun import contention, memory_fit, outcomes_plugin, parallel_compile, resume
 from kgate.testrun.guard import guarded
 
 #: outcomes that are not failures; ``unavailable``: the Triton interpreter itself could not run the test (CPU)
@@ -71,6 +71,10 @@ class GateSpec:
     #: configs an autotuner may compile at once, all workers together (``kgate.testrun.parallel_compile``;
     #: 0: one at a time, as Triton does; never under the interpreter, which compiles nothing)
     compile_slots: int = 0
+    #: each test id's largest GPU memory peak in the campaign's earlier gate runs (``kgate.testrun.memory_fit``)
+    peaks: tuple[tuple[str, int], ...] = ()
+    #: the GPU's free memory at the stage's start; None: on CPU, or not read
+    free_bytes: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +104,9 @@ class GateRun:
     numerics_state: dict[str, str] | None = None
     #: the log of the run alone of the tests that ran out of GPU memory beside other workers, if any
     alone_log: str | None = None
+    #: the run of those tests at a worker count fitted to their memory peaks, before any run alone
+    #: (``kgate.testrun.memory_fit``: the fit, the ids it ran and its log), if any
+    fitted: dict[str, Any] | None = None
 
     @property
     def counts(self) -> dict[str, int]:
@@ -141,8 +148,12 @@ class GateRun:
             parts.append(f"{len(self.collect_errors)} collection error(s)")
         alone = contention.settled_ids(self.tests)
         if alone:
-            workers = self.tests[alone[0]]["alone"]["workers"]
-            parts.append(f"{len(alone)} of them decided by a run alone (out of GPU memory, or on a worker that had "
+            first = self.tests[alone[0]]["alone"]
+            workers = (first.get("before") or first)["workers"]
+            at = sorted({int(self.tests[i]["alone"].get("decided_at_workers", 1)) for i in alone})
+            how = "a run alone" if at == [1] else "a run at " + " or ".join(
+                f"{w} worker(s) fitted to their memory peaks" if w > 1 else "1 worker (alone)" for w in reversed(at))
+            parts.append(f"{len(alone)} of them decided by {how} (out of GPU memory, or on a worker that had "
                          f"run out, beside {workers - 1} other worker(s))")
         if self.carried:
             parts.append(f"{len(self.carried)} of them carried over from an interrupted attempt of the same commit")
@@ -162,7 +173,7 @@ class GateRun:
             "imports": self.imports, "env": self.env, "test_env": self.test_env, "log": self.log,
             "outcomes": self.outcomes_path, "junit": self.junit_path, "interpreter": self.interp,
             "carried_over": list(self.carried), "numerics_state": self.numerics_state,
-            "alone": contention.settled_ids(self.tests), "alone_log": self.alone_log,
+            "alone": contention.settled_ids(self.tests), "alone_log": self.alone_log, "fitted": self.fitted,
             "gpu_peak": self.gpu_peak,
         }
 
@@ -234,16 +245,42 @@ def run(spec: GateSpec, worktree: Path, out_dir: Path, triton_cache: Path, *, ta
     alone_tag = f"{tag}-alone"
     for p in out_dir.glob(f"{alone_tag}.*"):
         p.unlink()
+    fitted_tag = f"{tag}-fitted"
+    for p in out_dir.glob(f"{fitted_tag}.*"):
+        p.unlink()
     first = _run_once(spec, worktree, out_dir, triton_cache, tag=tag, only_ids=only_ids, slots=slots)
     ids = contention.sharing_suspects(first.tests, spec.workers)
     if not ids:
         return first
     if before_alone is not None:
         before_alone()
+    tests, workers, fitted = first.tests, spec.workers, None
+    fit = recovery_fit(spec, ids)
+    if fit is not None and fit.workers > 1:
+        # the suspects at the count their peaks fit; what runs out of memory there too goes alone
+        mid = _run_once(dataclasses.replace(spec, workers=fit.workers), worktree, out_dir, triton_cache,
+                        tag=fitted_tag, only_ids=ids, slots=slots)
+        tests = contention.settle(tests, mid.tests, ids, workers, decided_at=fit.workers)
+        fitted = {**fit.as_data(), "ids": ids, "log": mid.log}
+        ids = sorted(set(contention.sharing_suspects(mid.tests, fit.workers)) | {i for i in ids if i not in mid.tests})
+        workers = fit.workers
+        if not ids:
+            return dataclasses.replace(first, tests=tests, fitted=fitted)
     solo = _run_once(dataclasses.replace(spec, workers=1), worktree, out_dir, triton_cache, tag=alone_tag,
                      only_ids=ids, slots=slots)
-    return dataclasses.replace(first, tests=contention.settle(first.tests, solo.tests, ids, spec.workers),
-                               alone_log=solo.log)
+    return dataclasses.replace(first, tests=contention.settle(tests, solo.tests, ids, workers),
+                               alone_log=solo.log, fitted=fitted)
+
+
+def recovery_fit(spec: GateSpec, ids: list[str]) -> memory_fit.Fit | None:
+    """The worker count the sharing suspects ``ids``, run by themselves, fit at by their earlier peaks
+    (``spec.peaks``), at most the run's own and one per suspect; None when the free memory is unknown or any of
+    them has no measured peak (then all go alone)."""
+    known = dict(spec.peaks)
+    if spec.free_bytes is None or not ids or any(i not in known for i in ids):
+        return None
+    fit = memory_fit.fit({i: known[i] for i in ids}, spec.free_bytes, ["earlier gate runs of the campaign"])
+    return None if fit is None else dataclasses.replace(fit, workers=min(fit.workers, spec.workers, len(ids)))
 
 
 def _run_once(spec: GateSpec, worktree: Path, out_dir: Path, triton_cache: Path, *, tag: str,
