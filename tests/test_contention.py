@@ -189,6 +189,10 @@ def test_a_run_alone_decides_out_of_memory_beside_other_workers(tmp_path: Path) 
     assert " -n " not in alone_cmd and all(i in alone_cmd for i in settled)
     data = run.as_data()
     assert data["alone"] == settled and data["counts"]["passed"] == 2
+    # no measured peaks (kgate.testrun.runner.recovery_fit): no fitted rerun, every suspect alone
+    assert run.fitted is None and data["fitted"] is None
+    assert not (tmp_path / "out" / "gate-fitted.pytest.log").exists()
+    assert all(run.tests[i]["alone"]["decided_at_workers"] == 1 for i in settled)
 
 
 def test_only_sharing_failures_make_a_green_run(tmp_path: Path) -> None:
@@ -273,7 +277,3 @@ def test_suspects_with_measured_peaks_rerun_at_the_count_they_fit_before_any_run
     assert "decided by a run at 2 worker(s) fitted to their memory peaks or 1 worker (alone)" in run.summary()
     assert "beside 3 other worker(s)" in run.summary()
     assert run.as_data()["fitted"]["workers"] == 2
-    # a suspect without a measured peak: no fitted run, every suspect alone, as before
-    bare = gate.GateSpec(**{**{f: getattr(spec, f) for f in gate.GateSpec.__slots__}, "peaks": peaks[:-1]})
-    again = gate.run(bare, root, tmp_path / "out2", tmp_path / "cache", tag="gate")
-    assert again.fitted is None and not (tmp_path / "out2" / "gate-fitted.pytest.log").exists()
