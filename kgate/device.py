@@ -56,11 +56,12 @@ def class_from_name(name: str) -> str:
 def detect() -> Device:
     """Ask nvidia-smi for the first GPU this process may use (the first entry of
     CUDA_VISIBLE_DEVICES, an index or a UUID, else GPU 0); none means ``cpu``."""
-    first = _first_visible()
-    if first is None:
+    smi = _nvidia_smi()
+    if smi is None:
         return Device("cpu", "cpu", None, None, None)
+    exe, first = smi
     q = "name,uuid,compute_cap,driver_version"
-    proc = subprocess.run([str(shutil.which("nvidia-smi")), f"--query-gpu={q}", "--format=csv,noheader", f"--id={first}"],
+    proc = subprocess.run([exe, f"--query-gpu={q}", "--format=csv,noheader", f"--id={first}"],
                           capture_output=True, text=True, timeout=60)
     if proc.returncode != 0 or not proc.stdout.strip():
         return Device("cpu", "cpu", None, None, None)
@@ -83,21 +84,24 @@ class Memory:
         return {"total_bytes": self.total_bytes, "used_bytes": self.used_bytes, "free_bytes": self.free_bytes}
 
 
-def _first_visible() -> str | None:
-    """nvidia-smi's ``--id`` of the first GPU this process may use, or None when it sees none."""
+def _nvidia_smi() -> tuple[str, str] | None:
+    """nvidia-smi's path and the ``--id`` of the first GPU this process may use (the first entry of
+    CUDA_VISIBLE_DEVICES, an index or a UUID, else GPU 0), or None when it sees none."""
+    exe = shutil.which("nvidia-smi")
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if shutil.which("nvidia-smi") is None or visible in ("", "-1"):
+    if exe is None or visible in ("", "-1"):
         return None
-    return visible.split(",")[0].strip() if visible else "0"
+    return exe, visible.split(",")[0].strip() if visible else "0"
 
 
 def memory() -> Memory | None:
     """Total and used memory of the first GPU this process may use, now; None without one (or when nvidia-smi
     cannot say, as on some virtual GPUs: ``[N/A]``). Limits: used memory is every process's, this one's too."""
-    first = _first_visible()
-    if first is None:
+    smi = _nvidia_smi()
+    if smi is None:
         return None
-    proc = subprocess.run([str(shutil.which("nvidia-smi")), "--query-gpu=memory.total,memory.used",
+    exe, first = smi
+    proc = subprocess.run([exe, "--query-gpu=memory.total,memory.used",
                            "--format=csv,noheader,nounits", f"--id={first}"], capture_output=True, text=True,
                           timeout=60)
     try:

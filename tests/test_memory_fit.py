@@ -40,7 +40,7 @@ def test_real_h100_attnres_peaks_fit_three_workers_where_fourteen_ran_out() -> N
     rec = _record()
     base = memory_fit.peaks([rec["baseline_tests"]["run"]])
     assert len(base) == 15
-    fit = memory_fit.fit(base, FREE, ["baseline_tests"])
+    fit = memory_fit.fit(base, FREE)
     assert fit is not None and fit.workers == 3
     # the 3 largest with their overhead fit the budget; the 4th does not
     top = sorted(base.values(), reverse=True)

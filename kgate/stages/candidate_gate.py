@@ -254,4 +254,3 @@ def start_precompile(ctx: Context, wt: Path, slots: str | None = None
     except (KgateError, OSError) as exc:
         # it decides nothing: a precompile that cannot start is recorded, and the gate runs as ever
         return None, f"could not start: {type(exc).__name__}: {exc}"
-

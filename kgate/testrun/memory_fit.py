@@ -48,15 +48,14 @@ class Fit:
     budget_bytes: int
     overhead_bytes: int
     tests_measured: int
-    #: the peaks that decided: the W largest, then the first that did not fit (test id, bytes)
+    #: the peaks that decided: the W largest, then the first left out (test id, bytes)
     deciding: tuple[tuple[str, int], ...]
-    peaks_from: tuple[str, ...]
 
     def as_data(self) -> dict[str, Any]:
         return {"workers": self.workers, "free_bytes": self.free_bytes, "budget_bytes": self.budget_bytes,
                 "overhead_bytes_per_worker": self.overhead_bytes, "tests_measured": self.tests_measured,
                 "deciding_peaks_reserved_bytes": [{"nodeid": i, "bytes": b} for i, b in self.deciding],
-                "peaks_from": list(self.peaks_from), "method": "kgate.testrun.memory_fit"}
+                "method": "kgate.testrun.memory_fit"}
 
 
 def peaks(runs: Iterable[dict[str, Any]]) -> dict[str, int]:
@@ -71,16 +70,11 @@ def peaks(runs: Iterable[dict[str, Any]]) -> dict[str, int]:
     return out
 
 
-def planned_bytes(test_peaks: dict[str, int], workers: int, overhead_bytes: int = PROCESS_OVERHEAD_BYTES) -> int:
-    """What ``workers`` processes plan to hold at worst: the ``workers`` largest peaks and each one's overhead
-    (what is left of the budget is a process beside the run's, such as candidate_gate's precompile worker)."""
-    return sum(sorted(test_peaks.values(), reverse=True)[:workers]) + workers * overhead_bytes
-
-
-def fit(test_peaks: dict[str, int], free_bytes: int, peaks_from: Iterable[str] = (), *,
+def fit(test_peaks: dict[str, int], free_bytes: int, *, most: int | None = None,
         overhead_bytes: int = PROCESS_OVERHEAD_BYTES, headroom: float = HEADROOM) -> Fit | None:
-    """The largest worker count whose W largest peaks, with each worker's overhead, fit ``headroom`` of
-    ``free_bytes`` (at least 1); None when no peak was measured (nothing to bound by)."""
+    """The largest worker count, at most ``most``, whose W largest peaks, with each worker's overhead, fit
+    ``headroom`` of ``free_bytes`` (at least 1; never more than there are tests); None when no peak was
+    measured (nothing to bound by)."""
     if not test_peaks:
         return None
     if free_bytes < 0 or overhead_bytes < 0 or not 0 < headroom <= 1:
@@ -89,9 +83,9 @@ def fit(test_peaks: dict[str, int], free_bytes: int, peaks_from: Iterable[str] =
     ordered = sorted(test_peaks.items(), key=lambda kv: (-kv[1], kv[0]))
     used, w = 0, 0
     for _, b in ordered:
-        if used + b + overhead_bytes > budget:
+        if (most is not None and w >= most) or used + b + overhead_bytes > budget:
             break
         used += b + overhead_bytes
         w += 1
     return Fit(workers=max(1, w), free_bytes=free_bytes, budget_bytes=budget, overhead_bytes=overhead_bytes,
-               tests_measured=len(test_peaks), deciding=tuple(ordered[:w + 1]), peaks_from=tuple(peaks_from))
+               tests_measured=len(test_peaks), deciding=tuple(ordered[:w + 1]))

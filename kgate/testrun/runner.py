@@ -279,8 +279,7 @@ def recovery_fit(spec: GateSpec, ids: list[str]) -> memory_fit.Fit | None:
     known = dict(spec.peaks)
     if spec.free_bytes is None or not ids or any(i not in known for i in ids):
         return None
-    fit = memory_fit.fit({i: known[i] for i in ids}, spec.free_bytes, ["earlier gate runs of the campaign"])
-    return None if fit is None else dataclasses.replace(fit, workers=min(fit.workers, spec.workers, len(ids)))
+    return memory_fit.fit({i: known[i] for i in ids}, spec.free_bytes, most=spec.workers)
 
 
 def _run_once(spec: GateSpec, worktree: Path, out_dir: Path, triton_cache: Path, *, tag: str,
