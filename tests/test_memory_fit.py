@@ -2,7 +2,7 @@
 
 The record (tests/data/contention/h100_attnres_peaks.json) is fla's attnres tests on an H100 80GB: cold,
 baseline_tests passed 15 of 15 at 14 workers; warm, fixture_freeze's first run at 14 workers had 11 of 15 fail
-with out-of-memory errors, all passing alone. That run did not record the GPU's free memory; a later run of the
+with out-of-memory errors (8 passed alone, 3 in both reruns). That run did not record the GPU's free memory; a later run of the
 same campaign on the same kind of card did (81559 MiB, none used, at baseline_tests' start), and the tests take
 that, showing the answer holds across a stated range around it.
 """

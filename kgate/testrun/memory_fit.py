@@ -17,7 +17,8 @@ bounded: cold, its tests spend their time compiling side by side.
 Measured case (fla's attnres tests on an H100 80GB, 81559 MiB free): cold, baseline_tests passed 15 of 15 at 14
 workers, each test taking 13-61 s of compiling, with peaks up to 21.7 GiB (8 tests above 12 GiB); warm,
 fixture_freeze's first run at 14 workers ran them side by side (2.1-2.3 s each) and 11 failed, 8 with
-torch.OutOfMemoryError and 3 with cuBLAS's allocation failure, all passing alone. The 11 fit 3 at a time.
+torch.OutOfMemoryError (each passed alone) and 3 with cuBLAS's allocation failure (each passed in both reruns).
+The 11 fit 3 at a time.
 
 Limits: a suspect no earlier run measured (the fixture's new tests at fixture_freeze) sends every suspect alone,
 and a test's peak on the candidate may exceed BENCH_BASE's (what runs out again goes alone); memory outside
