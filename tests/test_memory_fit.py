@@ -183,3 +183,40 @@ def test_the_later_run_at_three_workers_ran_every_fixture_test_with_no_memory_fa
     cases = [t for t in tests if "test_attnres_cases.py" in t["nodeid"]]
     assert len(cases) == 9 and max(t["gpu_peak_reserved_bytes"] for t in cases) < GIB
     assert memory_fit.fit(memory_fit.peaks([later["run"]]), FREE).workers == 3
+
+
+def test_the_precompile_worker_gets_what_the_largest_peaks_leave() -> None:
+    """Beside 14 workers of the real attnres tests nothing is left for the precompile worker (the old rule gave it
+    one 15th of the card, 5.3 GiB); beside 3 the rest of the card minus their peaks and four overheads."""
+    rec = _record()
+    both = memory_fit.peaks([rec["baseline_tests"]["run"], rec["fixture_freeze"]["run"]])
+    top = sorted(both.values(), reverse=True)
+    assert memory_fit.beside(both, FREE, 14) == 0 and round(FREE // 15 / GIB, 1) == 5.3
+    three = memory_fit.beside(both, FREE, 3)
+    assert three == int(FREE * memory_fit.HEADROOM) - sum(top[:3]) - 4 * memory_fit.PROCESS_OVERHEAD_BYTES
+    assert 0 < three < memory_fit.beside(both, FREE, 2)
+    # more workers than measured tests: every peak counts once, and the overhead only for processes with a test
+    small = {"a": GIB, "b": 2 * GIB}
+    assert memory_fit.beside(small, 20 * GIB, 8) == int(20 * GIB * 0.9) - 3 * GIB - 3 * GIB
+    assert memory_fit.beside({}, FREE, 3) is None
+    with pytest.raises(ValueError):
+        memory_fit.beside(small, FREE, 0)
+
+
+def test_candidate_gate_sizes_its_precompile_worker_by_the_measured_peaks(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kgate.stages import candidate_gate
+
+    monkeypatch.setattr(runner, "usable_cores", lambda: 16)
+    rec = _record()
+    inputs = {"fixture_freeze": {"data": {"run": rec["fixture_freeze"]["run"]}},
+              "baseline_tests": {"data": {"run": rec["baseline_tests"]["run"]}}}
+    ctx = _context("3", inputs, device_mod.Memory(FREE, 0))
+    budget, basis = candidate_gate.precompile_budget(ctx)
+    both = memory_fit.peaks([rec["baseline_tests"]["run"], rec["fixture_freeze"]["run"]])
+    assert budget == memory_fit.beside(both, FREE, 3) and budget > 0
+    assert basis is not None and f"3 largest of {len(both)} measured test peaks" in basis and len(both) == 15
+    # at 14 workers the largest peaks already fill the card: every row is left to its own stage
+    assert candidate_gate.precompile_budget(_context("auto", inputs, device_mod.Memory(FREE, 0)))[0] == 0
+    # no peaks (or no memory reading): the worker's own rule (a share of the device's total)
+    assert candidate_gate.precompile_budget(_context("3", {}, device_mod.Memory(FREE, 0))) == (None, None)
+    assert candidate_gate.precompile_budget(_context("3", inputs, None)) == (None, None)

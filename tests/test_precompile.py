@@ -169,7 +169,7 @@ def test_a_row_over_its_share_of_gpu_memory_is_skipped_before_or_after_its_input
     assert pre.thread is not None
     pre.thread.join(timeout=120)
     rec = pre.stop()
-    assert rec["ended"] == "done" and rec["budget_bytes"] == 8 << 30
+    assert rec["ended"] == "done" and rec["budget_bytes"] == 8 << 30 and rec["budget_from"] == "given"
     assert rec["skipped"] == [{"row": "wide", "need_bytes": 9 << 30, "budget_bytes": 8 << 30,
                                "why": "profiled sizes"}]
     assert [c["row"] for c in rec["calls"]] == ["small"]
@@ -190,7 +190,7 @@ def test_without_a_budget_the_share_of_the_devices_memory_is_the_budget(tmp_path
     assert pre.thread is not None
     pre.thread.join(timeout=120)
     rec = pre.stop()
-    assert rec["budget_bytes"] is None and rec["share"] == 9 and rec["skipped"] == []
+    assert rec["budget_bytes"] is None and rec["budget_from"] is None and rec["share"] == 9 and rec["skipped"] == []
     assert [c["row"] for c in rec["calls"]] == ["small"]
 
 

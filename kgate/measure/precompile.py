@@ -14,7 +14,9 @@ served), and the worker runs at a lower CPU priority than the gate (``kgate.meas
 
 GPU memory: the worker shares the GPU with the gate's W test processes, and a test that runs out of memory
 beside it is rerun alone (``kgate.testrun.contention``), which costs the time this worker should save. So a
-row is compiled here only when what it holds fits one (W + 1)-th of the device's memory: its inputs plus
+row is compiled here only when what it holds fits its budget: where earlier gate runs measured the tests'
+peaks, what is left of the free memory beside the W largest of them (``kgate.testrun.memory_fit.beside``;
+candidate_gate passes it), else one (W + 1)-th of the device's memory. What a row holds is its inputs plus
 its call's peak beyond them, from profile_baseline's record (``input_bytes``, ``peak_bytes``) before the
 inputs are made, and from the inputs as made (with the profiled peak, or the inputs' size again for a row
 that was not profiled) before anything is compiled. A row over that budget is released and listed under
@@ -98,6 +100,8 @@ class Precompile:
     share: int = 2
     #: the most GPU bytes a row may hold here; None: the device's total memory / ``share`` (no limit on CPU)
     budget_bytes: int | None = None
+    #: what ``budget_bytes`` was computed from, for the record (None: given, or the share of the device's total)
+    budget_from: str | None = None
     thread: threading.Thread | None = None
     record: dict[str, Any] = field(default_factory=dict)
     _stopping: threading.Event = field(default_factory=threading.Event)
@@ -111,7 +115,8 @@ class Precompile:
             total = (info.get("device") or {}).get("total_bytes")
             budget = self.budget_bytes if self.budget_bytes is not None else (
                 total // self.share if total else None)
-            rec.update(budget_bytes=budget, share=self.share)
+            rec.update(budget_bytes=budget, share=self.share, budget_from=self.budget_from or (
+                "given" if self.budget_bytes is not None else "device total / share" if total else None))
 
             def over(name: str, need: int | None, why: str) -> bool:
                 if budget is None or need is None or need <= budget:
@@ -162,17 +167,18 @@ class Precompile:
 
 def start(worktree: Path, cache: Path, env: dict[str, str], log: Path, init: dict[str, Any],
           items: list[Item], deadline_s: float, *, share: int = 2, budget_bytes: int | None = None,
-          compile_slots: str | None = None) -> Precompile:
+          compile_slots: str | None = None, budget_from: str | None = None) -> Precompile:
     """Start the candidate's compile-only worker in ``worktree`` (``env``: the measurement workers' own) and
     compile ``items`` in a background thread; the caller must :meth:`Precompile.stop` it. ``share``: the gate's
-    test processes plus one; ``budget_bytes`` overrides the per-row budget (module doc); ``compile_slots``:
+    test processes plus one; ``budget_bytes`` overrides the per-row budget (module doc; ``budget_from`` says from
+    what, for the record); ``compile_slots``:
     the gate run's slots (``DIR:N``, ``kgate.testrun.parallel_compile.option``), within which an autotuner's
     configs compile side by side (None: one at a time)."""
     command = [sys.executable, "-m", "kgate.measure.worker", "--arm", "cand", "--compile-only"]
     if compile_slots:
         command.append(f"--compile-slots={compile_slots}")
     arm = Arm("precompile", worktree, cache, env, log, Deadline(deadline_s), command=command)
-    pre = Precompile(arm=arm, items=tuple(items), share=share, budget_bytes=budget_bytes,
+    pre = Precompile(arm=arm, items=tuple(items), share=share, budget_bytes=budget_bytes, budget_from=budget_from,
                      record={"ran": True, "rows": [i.row["name"] for i in items], "calls": [], "skipped": [],
                              "log": str(log), "compile_slots": compile_slots})
     pre.thread = threading.Thread(target=pre._work, args=(init,), daemon=True)

@@ -47,7 +47,7 @@ from kgate.measure.arms import WorkerFailure, worker_env
 from kgate.measure.rows import dispatch_rows
 from kgate.records import Gate, StageResult, read_record, write_json
 from kgate.stages.common import GATE_RUN_SHARE, Context
-from kgate.testrun import runner
+from kgate.testrun import memory_fit, runner
 
 
 def dependent_tests(ctx: Context, wt: Path, changed: list[str]) -> list[str]:
@@ -227,6 +227,19 @@ def gate_run(ctx: Context, spec: runner.GateSpec, wt: Path) -> tuple[runner.Gate
     return main, pre_record
 
 
+def precompile_budget(ctx: Context) -> tuple[int | None, str | None]:
+    """The precompile worker's per-row GPU memory budget and what it came from: what the free memory at the
+    stage's start leaves beside the gate's workers running the tests with the largest earlier peaks
+    (``kgate.testrun.memory_fit.beside``), or (None, None) without measured peaks or a memory reading (the
+    worker then takes the share of the device's total)."""
+    test_peaks = ctx.memory_peaks()
+    if ctx.gpu_memory is None or not test_peaks:
+        return None, None
+    budget = memory_fit.beside(test_peaks, ctx.gpu_memory.free_bytes, ctx.workers)
+    return budget, (f"free bytes at the stage's start beside the {min(ctx.workers, len(test_peaks))} largest of "
+                    f"{len(test_peaks)} measured test peaks (kgate.testrun.memory_fit.beside)")
+
+
 def start_precompile(ctx: Context, wt: Path, slots: str | None = None
                      ) -> tuple[precompile.Precompile | None, str | None]:
     """The candidate's compile-only worker over the rows later stages time (``kgate.measure.precompile``),
@@ -248,9 +261,11 @@ def start_precompile(ctx: Context, wt: Path, slots: str | None = None
         items = precompile.items_for(spec, measure_rows.table_from_record(pb), ncu.get("rows"), ncu.get("mode"),
                                      sizes)
         env = worker_env(ctx, wt, ctx.triton_cache)
+        budget, budget_from = precompile_budget(ctx)
         return precompile.start(wt, ctx.triton_cache, env, ctx.out_dir / "worker-precompile.log",
                                 spec.worker_init(), items, ctx.deadline_s(GATE_RUN_SHARE),
-                                share=ctx.workers + 1, compile_slots=slots), None
+                                share=ctx.workers + 1, compile_slots=slots, budget_bytes=budget,
+                                budget_from=budget_from), None
     except (KgateError, OSError) as exc:
         # it decides nothing: a precompile that cannot start is recorded, and the gate runs as ever
         return None, f"could not start: {type(exc).__name__}: {exc}"

@@ -90,3 +90,18 @@ def fit(test_peaks: dict[str, int], free_bytes: int, *, most: int | None = None,
         w += 1
     return Fit(workers=max(1, w), free_bytes=free_bytes, budget_bytes=budget, overhead_bytes=overhead_bytes,
                tests_measured=len(test_peaks), deciding=tuple(ordered[:w + 1]))
+
+
+def beside(test_peaks: dict[str, int], free_bytes: int, workers: int, *,
+           overhead_bytes: int = PROCESS_OVERHEAD_BYTES, headroom: float = HEADROOM) -> int | None:
+    """The GPU bytes one more process may hold beside ``workers`` gate workers: ``headroom`` of ``free_bytes``
+    less the ``workers`` largest peaks (the worst case of their tests at once, as in :func:`fit`), less one
+    overhead per worker and one for the process itself; at least 0. None when no peak was measured (nothing to
+    bound by). Used for candidate_gate's precompile worker (``kgate.measure.precompile``)."""
+    if not test_peaks:
+        return None
+    if free_bytes < 0 or overhead_bytes < 0 or not 0 < headroom <= 1 or workers < 1:
+        raise ValueError(f"memory beside: free {free_bytes}, overhead {overhead_bytes}, headroom {headroom}, "
+                         f"workers {workers}")
+    largest = sorted(test_peaks.values(), reverse=True)[:workers]
+    return max(0, int(free_bytes * headroom) - sum(largest) - (len(largest) + 1) * overhead_bytes)
