@@ -220,3 +220,42 @@ def test_candidate_gate_sizes_its_precompile_worker_by_the_measured_peaks(monkey
     # no peaks (or no memory reading): the worker's own rule (a share of the device's total)
     assert candidate_gate.precompile_budget(_context("3", {}, device_mod.Memory(FREE, 0))) == (None, None)
     assert candidate_gate.precompile_budget(_context("3", inputs, None)) == (None, None)
+
+
+H200_TVD = Path(__file__).parent / "data" / "contention" / "h200_tvd_peaks.json"
+
+
+def test_on_the_real_h200_tvd_runs_the_worker_keeps_its_share(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Liger's TVD tests on an H200: 200 and 360 tests at 14 workers, none rerun for sharing the GPU, though the
+    14 largest peaks sum to twice the card. The worst case would give the worker nothing; the runs as they went
+    give it a share of the device's total. A record with a rerun (or run at fewer workers) falls back to the worst
+    case."""
+    from kgate.stages import candidate_gate
+
+    monkeypatch.setattr(runner, "usable_cores", lambda: 16)  # the H200 machine's 16 cores: 14 workers
+    rec = json.loads(H200_TVD.read_text())
+    inputs = {s: {"data": {"run": rec[s]["run"], "workers": rec[s]["workers"]}}
+              for s in ("baseline_tests", "fixture_freeze")}
+    card = rec["baseline_tests"]["workers"]["gpu_memory"]
+    memory = device_mod.Memory(card["total_bytes"], card["used_bytes"])
+    both = memory_fit.peaks([rec["baseline_tests"]["run"], rec["fixture_freeze"]["run"]])
+    top = sorted(both.values(), reverse=True)
+    assert len(both) == 360 and round(top[0] / GIB, 1) == 23.5 and round(sum(top[:14]) / GIB, 1) == 293.6
+    assert sum(top[:14]) > 2 * memory.free_bytes and memory_fit.beside(both, memory.free_bytes, 14) == 0
+    ctx = _context("auto", inputs, memory, gpu="h200")
+    assert ctx.workers == 14 and ctx.shared_cleanly_at() == 14
+    budget, why = candidate_gate.precompile_budget(ctx)
+    assert budget is None and why is not None and "at 14 workers reran no test" in why
+    # the same runs judge a gate of fewer workers too, never one of more
+    assert candidate_gate.precompile_budget(_context("8", inputs, memory, gpu="h200"))[0] is None
+    more = {s: {"data": {**v["data"], "workers": {**v["data"]["workers"], "workers": 6}}} for s, v in inputs.items()}
+    assert candidate_gate.precompile_budget(_context("auto", more, memory, gpu="h200"))[0] == 0
+    # one test rerun alone in either run: the GPU was short, and the worst case decides
+    rerun = json.loads(json.dumps(inputs))
+    rerun["fixture_freeze"]["data"]["run"]["alone"] = [{"nodeid": top_id(both)}]
+    assert _context("auto", rerun, memory, gpu="h200").shared_cleanly_at() is None
+    assert candidate_gate.precompile_budget(_context("auto", rerun, memory, gpu="h200"))[0] == 0
+
+
+def top_id(test_peaks: dict[str, int]) -> str:
+    return max(test_peaks, key=lambda i: test_peaks[i])

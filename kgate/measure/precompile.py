@@ -14,9 +14,10 @@ served), and the worker runs at a lower CPU priority than the gate (``kgate.meas
 
 GPU memory: the worker shares the GPU with the gate's W test processes, and a test that runs out of memory
 beside it is rerun alone (``kgate.testrun.contention``), which costs the time this worker should save. So a
-row is compiled here only when what it holds fits its budget: where earlier gate runs measured the tests'
-peaks, what is left of the free memory beside the W largest of them (``kgate.testrun.memory_fit.beside``;
-candidate_gate passes it), else one (W + 1)-th of the device's memory. What a row holds is its inputs plus
+row is compiled here only when what it holds fits its budget: one (W + 1)-th of the device's memory, or,
+where an earlier gate run already reran tests for sharing the GPU, what the free memory leaves beside the W
+largest measured test peaks (``kgate.testrun.memory_fit.beside``; candidate_gate decides and passes it,
+``candidate_gate.precompile_budget``). What a row holds is its inputs plus
 its call's peak beyond them, from profile_baseline's record (``input_bytes``, ``peak_bytes``) before the
 inputs are made, and from the inputs as made (with the profiled peak, or the inputs' size again for a row
 that was not profiled) before anything is compiled. A row over that budget is released and listed under

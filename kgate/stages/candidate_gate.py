@@ -228,13 +228,22 @@ def gate_run(ctx: Context, spec: runner.GateSpec, wt: Path) -> tuple[runner.Gate
 
 
 def precompile_budget(ctx: Context) -> tuple[int | None, str | None]:
-    """The precompile worker's per-row GPU memory budget and what it came from: what the free memory at the
-    stage's start leaves beside the gate's workers running the tests with the largest earlier peaks
-    (``kgate.testrun.memory_fit.beside``), or (None, None) without measured peaks or a memory reading (the
-    worker then takes the share of the device's total)."""
+    """The precompile worker's per-row GPU memory budget and what it came from. When the earlier gate runs
+    (baseline_tests, fixture_freeze) ran at least this run's workers and reran no test for sharing the GPU, their
+    tests fit side by side as run: (None, why), and the worker takes a share of the device's total. When one of
+    them did, the GPU is already short: what the free memory at the stage's start leaves beside the gate's
+    workers running the tests with the largest earlier peaks at once (``kgate.testrun.memory_fit.beside``, the
+    worst case; often 0, and then every row compiles in its own stage). (None, None) without a memory reading or
+    measured peaks. Measured on an H200 (143771 MiB): Liger's TVD tests peak at up to 23.5 GiB, their 14 largest
+    sum to 293.6 GiB, yet 200 and 360 tests ran at 14 workers with none rerun; the worst case alone would have
+    left the worker nothing there."""
     test_peaks = ctx.memory_peaks()
     if ctx.gpu_memory is None or not test_peaks:
         return None, None
+    clean = ctx.shared_cleanly_at()
+    if clean is not None and clean >= ctx.workers:
+        return None, (f"device total / share: the earlier gate runs at {clean} workers reran no test for sharing "
+                      "the GPU")
     budget = memory_fit.beside(test_peaks, ctx.gpu_memory.free_bytes, ctx.workers)
     return budget, (f"free bytes at the stage's start beside the {min(ctx.workers, len(test_peaks))} largest of "
                     f"{len(test_peaks)} measured test peaks (kgate.testrun.memory_fit.beside)")

@@ -96,6 +96,17 @@ class Context:
         return memory_fit.peaks([self.inputs[s]["data"]["run"] for s in MEMORY_PEAK_SOURCES
                                  if s in self.inputs and self.inputs[s]["data"].get("run")])
 
+    def shared_cleanly_at(self) -> int | None:
+        """The fewest workers among the earlier gate runs (``MEMORY_PEAK_SOURCES``) when none of them reran a
+        test for sharing the GPU (no test decided alone, no fitted rerun), else None (also with no such run, or
+        one whose worker count was not recorded)."""
+        found = [self.inputs[s]["data"] for s in MEMORY_PEAK_SOURCES
+                 if s in self.inputs and self.inputs[s]["data"].get("run")]
+        if not found or any(d["run"].get("alone") or d["run"].get("fitted") is not None for d in found):
+            return None
+        counts = [(d.get("workers") or {}).get("workers") for d in found]
+        return min(counts) if all(isinstance(n, int) for n in counts) else None
+
     def workers_basis(self) -> dict[str, Any]:
         """How the gate runs' workers are decided, for the stage's record: the setting, the count, the GPU's
         memory at the stage's start, and how many test ids have a peak from which records."""
