@@ -112,7 +112,7 @@ def carry(c: campaign_mod.Campaign, out: Path, extra: list[str]) -> int:
     """Write ``out`` for campaign ``c`` (module doc) and print what it holds."""
     repo = (c.data.get("target") or {}).get("repo")
     if not repo:
-        raise SystemExit(f"node_target: campaign {c.name} has no target.repo (an sdist target needs no clone)")
+        raise KgateError(f"campaign {c.name} has no target.repo (an sdist target needs no clone)")
     clone = c.existing_repo_path()
     ref = (c.data.get("candidate") or {}).get("ref")
     commits = commits_to_carry(clone, repo["baseline"], [*([ref] if ref else []), *extra])

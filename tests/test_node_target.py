@@ -82,6 +82,10 @@ def test_a_commit_the_clone_lacks_is_one_line(history: dict, tmp_path: Path, cap
     msg = str(exc.value)
     assert msg.startswith("node_target: ") and "has no commit 'de79f63a68764322ec1ade896345deefd6b18121'" in msg
     assert "\n" not in msg and not (tmp_path / "t.tgz").exists()
+    # a campaign whose target is an sdist (the default campaign) has no clone to carry: one line as well
+    with pytest.raises(SystemExit) as exc:
+        node_target.main(["--campaign", "rwkv6-bwd-fusion", "--out", str(tmp_path / "t.tgz")])
+    assert str(exc.value) == "node_target: campaign rwkv6-bwd-fusion has no target.repo (an sdist target needs no clone)"
 
 
 def test_the_tar_unpacks_to_a_repository(history: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
