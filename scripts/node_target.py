@@ -35,7 +35,7 @@ sys.path.insert(0, str(REPO))
 
 from kgate import campaign as campaign_mod  # noqa: E402
 from kgate.errors import KgateError  # noqa: E402
-from kgate.source.git import git  # noqa: E402
+from kgate.source.git import git, missing_objects  # noqa: E402
 
 
 def commits_to_carry(clone: Path, baseline: str, others: list[str]) -> list[str]:
@@ -72,8 +72,7 @@ def objects_of(clone: Path, commits: list[str]) -> tuple[list[str], list[str]]:
             mode, kind, oid = meta.split()
             if kind != "commit":
                 wanted.setdefault(oid, f"{c[:12]}:{path}")
-    check = git("cat-file", "--batch-check=%(objectname)", cwd=clone, input_text="\n".join(wanted) + "\n")
-    missing = {ln.split()[0] for ln in check.splitlines() if ln.endswith(" missing")}
+    missing = missing_objects(clone, wanted)
     return [o for o in wanted if o not in missing], sorted(wanted[o] for o in missing)
 
 

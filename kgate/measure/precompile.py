@@ -50,6 +50,9 @@ from kgate.measure.arms import Arm, Deadline
 from kgate.measure.rows import MeasureSpec, Row
 from kgate.testrun import parallel_compile
 
+#: the budget rule without a given budget: the device's total memory / the processes sharing it
+SHARE_RULE = "device total / share"
+
 
 @dataclass(frozen=True)
 class Item:
@@ -117,7 +120,7 @@ class Precompile:
             budget = self.budget_bytes if self.budget_bytes is not None else (
                 total // self.share if total else None)
             rec.update(budget_bytes=budget, share=self.share, budget_from=self.budget_from or (
-                "given" if self.budget_bytes is not None else "device total / share" if total else None))
+                "given" if self.budget_bytes is not None else SHARE_RULE if total else None))
 
             def over(name: str, need: int | None, why: str) -> bool:
                 if budget is None or need is None or need <= budget:

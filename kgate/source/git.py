@@ -32,6 +32,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
 
 from kgate.errors import KgateError, TargetError
@@ -190,10 +191,17 @@ def absent_blobs(repo: Path, commit: str) -> list[str]:
     entries = {p: oid for p, (mode, oid) in tree_entries(repo, commit).items() if mode != "160000"}
     if not entries:
         return []
-    wanted = sorted(set(entries.values()))
-    out = git("--git-dir", str(repo), "cat-file", "--batch-check=%(objectname)", input_text="\n".join(wanted) + "\n")
-    missing = {line.split()[0] for line in out.splitlines() if line.endswith(" missing")}
+    missing = missing_objects(repo, entries.values())
     return sorted(p for p, oid in entries.items() if oid in missing)
+
+
+def missing_objects(repo: Path, oids: Iterable[str]) -> set[str]:
+    """Which of ``oids`` ``repo`` (a git dir or a work tree) does not hold: one ``cat-file --batch-check``."""
+    wanted = sorted(set(oids))
+    if not wanted:
+        return set()
+    out = git("-C", str(repo), "cat-file", "--batch-check=%(objectname)", input_text="\n".join(wanted) + "\n")
+    return {line.split()[0] for line in out.splitlines() if line.endswith(" missing")}
 
 
 def commit_all(worktree: Path, message: str) -> str:

@@ -242,8 +242,8 @@ def precompile_budget(ctx: Context) -> tuple[int | None, str | None]:
         return None, None
     clean = ctx.shared_cleanly_at()
     if clean is not None and clean >= ctx.workers:
-        return None, (f"device total / share: the earlier gate runs at {clean} workers reran no test for sharing "
-                      "the GPU")
+        return None, (f"{precompile.SHARE_RULE}: the earlier gate runs at {clean} workers reran no test for "
+                      "sharing the GPU")
     budget = memory_fit.beside(test_peaks, ctx.gpu_memory.free_bytes, ctx.workers)
     return budget, (f"free bytes at the stage's start beside the {min(ctx.workers, len(test_peaks))} largest of "
                     f"{len(test_peaks)} measured test peaks (kgate.testrun.memory_fit.beside)")
