@@ -4,7 +4,7 @@
 # time limit). Run it from the kgate checkout.
 #
 # Usage:
-#   scripts/node-run.sh setup  [--wheels DIR] [--kgate] [--state DIR]
+#   scripts/node-run.sh setup  [--wheels DIR [--replace-installed]] [--kgate] [--state DIR]
 #   scripts/node-run.sh launch [--state DIR] -- COMMAND [ARG...]
 #   scripts/node-run.sh wait   SECONDS [--state DIR]
 #   scripts/node-run.sh stop   [--state DIR]
@@ -12,7 +12,11 @@
 # What it does:
 #   setup   python3 on PATH is the node's environment (CUDA torch, Triton).
 #           Installs DIR/*.whl into it with --no-deps --no-index (wheels
-#           carried in: docs/slurm.md, "A GPU node without network"), and
+#           carried in: docs/slurm.md, "A GPU node without network"), except
+#           each wheel of a distribution the environment already has (PEP 503
+#           names): the node's version wins, as a second copy installed with
+#           --no-deps would shadow the one its torch was built with; the
+#           skipped ones are listed. --replace-installed installs them too. And
 #           with --kgate this checkout (pip install --no-deps -e .). Then makes `python`, which every stage job runs, the
 #           same interpreter: when PATH's `python` is missing or runs in
 #           another environment (sys.prefix; a link to a virtual environment's
@@ -33,6 +37,7 @@
 #
 # Options:
 #   --wheels DIR   wheels to install with --no-deps (setup)
+#   --replace-installed  with --wheels: also install wheels of distributions python3 already has
 #   --kgate        install this checkout into python3's environment (setup)
 #   --state DIR    pid, log, exit status and the wrapper (default /tmp/kgate-node)
 set -euo pipefail
@@ -41,6 +46,7 @@ cmd=${1:-}
 [[ -n "$cmd" ]] && shift
 STATE=/tmp/kgate-node
 WHEELS=
+REPLACE=
 KGATE=
 SECS=
 ARGS=()
@@ -49,6 +55,7 @@ while [[ $# -gt 0 ]]; do
     --state) STATE=$2; shift 2 ;;
     --wheels) WHEELS=$2; shift 2 ;;
     --kgate) KGATE=1; shift ;;
+    --replace-installed) REPLACE=1; shift ;;
     --) shift; ARGS=("$@"); break ;;
     *) if [[ "$cmd" == wait && -z "$SECS" ]]; then SECS=$1; shift
        else echo "node-run.sh: unknown argument '$1'" >&2; exit 2; fi ;;
@@ -63,6 +70,22 @@ setup() {
     shopt -s nullglob
     local whl=("$WHEELS"/*.whl)
     shopt -u nullglob
+    if [[ ${#whl[@]} -gt 0 && -z "$REPLACE" ]]; then
+      # the environment's distributions and each wheel's (the file name's first field), as PEP 503 names
+      local have keep=() skipped=() w n
+      have=$("$py3" -c "import importlib.metadata as m, re
+print('\n'.join(sorted({re.sub(r'[-_.]+', '-', d.metadata['Name']).lower()
+                         for d in m.distributions() if d.metadata['Name']})))")
+      for w in "${whl[@]}"; do
+        n=$(basename "$w"); n=${n%%-*}; n=$(sed -E 's/[-_.]+/-/g' <<< "$n" | tr 'A-Z' 'a-z')
+        if grep -qxF -- "$n" <<< "$have"; then skipped+=("$n"); else keep+=("$w"); fi
+      done
+      if [[ ${#skipped[@]} -gt 0 ]]; then
+        echo "setup: skipped ${#skipped[@]} wheel(s) of distributions $py3 already has" \
+          "(--replace-installed installs them): ${skipped[*]}"
+      fi
+      whl=("${keep[@]}")
+    fi
     if [[ ${#whl[@]} -gt 0 ]]; then
       "$py3" -m pip install -q --no-deps --no-index "${whl[@]}"
       echo "setup: installed ${#whl[@]} wheel(s) from $WHEELS into $py3"

@@ -16,6 +16,9 @@ that ships no such wheel (only an sdist, e.g. connection_pool 0.0.3) is built he
 --no-deps``, which is right for pure-Python sdists only. At the end the wheelhouse is listed largest first
 with its total size.
 
+Without ``--node-has`` the wheelhouse may hold packages the node has; ``node-run.sh setup`` skips those
+(unless ``--replace-installed``), so the node's versions win there too.
+
 Limits: the platform tags are manylinux x86_64 (no aarch64 nodes); a package whose import needs another
 the node lacks is found by ``node-run.sh setup``'s import check on the node, not here; the download needs
 this machine's package index.

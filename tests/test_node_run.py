@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 import time
+import zipfile
 from pathlib import Path
 
 from conftest import REPO
@@ -73,3 +74,52 @@ def test_a_detached_run_is_polled_by_its_pid_and_stopped_with_its_group(tmp_path
     time.sleep(1)
     assert not subprocess.run(["pgrep", "-f", marker], capture_output=True).stdout
     assert node("wait", "1", "--state", s).stdout.startswith("FINISHED exit unknown (killed)")
+
+
+def _wheel(folder: Path, name: str, version: str) -> Path:
+    """A real (pure-Python) wheel made by hand: one module and its dist-info; pip installs it as any other."""
+    dist = f"{name.replace('-', '_')}-{version}"
+    path = folder / f"{dist}-py3-none-any.whl"
+    files = {f"{name.replace('-', '_')}.py": f"VERSION = {version!r}\n",
+             f"{dist}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+             f"{dist}.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: hand\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    record = "".join(f"{f},,\n" for f in files) + f"{dist}.dist-info/RECORD,,\n"
+    with zipfile.ZipFile(path, "w") as z:
+        for f, text in {**files, f"{dist}.dist-info/RECORD": record}.items():
+            z.writestr(f, text)
+    return path
+
+
+def test_wheels_of_distributions_the_environment_has_are_skipped_unless_replaced(tmp_path: Path) -> None:
+    """A wheelhouse made without the node's list (``node_wheels.py`` without ``--node-has``) may carry
+    packages the node has: the node's version wins and each skipped one is named; ``--replace-installed``
+    installs them. A fresh virtual environment stands for the node (it lacks torch, so the stack's import check
+    then fails, after the wheels)."""
+    env = tmp_path / "env"
+    subprocess.run([str(BASE), "-m", "venv", str(env)], check=True, timeout=300)
+    bin_ = env / "bin"
+    path = f"{bin_}:{os.environ['PATH']}"
+
+    def version(dist: str) -> str:
+        return subprocess.run([str(bin_ / "python3"), "-c", f"import importlib.metadata as m; print(m.version({dist!r}))"],
+                              capture_output=True, text=True, timeout=60).stdout.strip()
+
+    pip_before = version("pip")
+    first, second = tmp_path / "w1", tmp_path / "w2"
+    first.mkdir(), second.mkdir()
+    _wheel(first, "kgate-probe", "1.0")
+    _wheel(first, "Pip", "0.1")  # the environment's pip under another spelling: never installed over it
+    out = node("setup", "--wheels", str(first), "--state", str(tmp_path / "s"), path=path)
+    assert out.returncode == 1, out.stdout + out.stderr  # no torch in the fresh environment
+    assert f"setup: skipped 1 wheel(s) of distributions {bin_ / 'python3'} already has" in out.stdout
+    assert out.stdout.splitlines()[0].endswith(": pip"), out.stdout
+    assert f"setup: installed 1 wheel(s) from {first}" in out.stdout
+    assert version("kgate-probe") == "1.0" and version("pip") == pip_before
+
+    _wheel(second, "kgate_probe", "2.0")
+    out = node("setup", "--wheels", str(second), "--state", str(tmp_path / "s"), path=path)
+    assert "skipped 1 wheel(s)" in out.stdout and "setup: installed" not in out.stdout, out.stdout
+    assert version("kgate-probe") == "1.0"
+    out = node("setup", "--wheels", str(second), "--replace-installed", "--state", str(tmp_path / "s"), path=path)
+    assert "skipped" not in out.stdout and f"setup: installed 1 wheel(s) from {second}" in out.stdout, out.stdout
+    assert version("kgate-probe") == "2.0"
