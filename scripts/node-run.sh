@@ -71,20 +71,23 @@ setup() {
     local whl=("$WHEELS"/*.whl)
     shopt -u nullglob
     if [[ ${#whl[@]} -gt 0 && -z "$REPLACE" ]]; then
-      # the environment's distributions and each wheel's (the file name's first field), as PEP 503 names
-      local have keep=() skipped=() w n
-      have=$("$py3" -c "import importlib.metadata as m, re
-print('\n'.join(sorted({re.sub(r'[-_.]+', '-', d.metadata['Name']).lower()
-                         for d in m.distributions() if d.metadata['Name']})))")
-      for w in "${whl[@]}"; do
-        n=$(basename "$w"); n=${n%%-*}; n=$(sed -E 's/[-_.]+/-/g' <<< "$n" | tr 'A-Z' 'a-z')
-        if grep -qxF -- "$n" <<< "$have"; then skipped+=("$n"); else keep+=("$w"); fi
-      done
-      if [[ ${#skipped[@]} -gt 0 ]]; then
-        echo "setup: skipped ${#skipped[@]} wheel(s) of distributions $py3 already has" \
-          "(--replace-installed installs them): ${skipped[*]}"
-      fi
-      whl=("${keep[@]}")
+      # one pass in python3: a wheel's distribution (its file name's first field) against the environment's,
+      # both as PEP 503 names; prints the wheels to install, one per line, and names the skipped on stderr,
+      # which goes to setup's output
+      local keep
+      { keep=$("$py3" - "$py3" "${whl[@]}" 2>&3 <<'PY'
+import importlib.metadata as m, os, re, sys
+norm = lambda name: re.sub(r"[-_.]+", "-", name).lower()
+have = {norm(d.metadata["Name"]) for d in m.distributions() if d.metadata["Name"]}
+names = [norm(os.path.basename(w).split("-")[0]) for w in sys.argv[2:]]
+print("\n".join(w for w, n in zip(sys.argv[2:], names) if n not in have))
+skipped = [n for n in names if n in have]
+if skipped:
+    print(f"setup: skipped {len(skipped)} wheel(s) of distributions {sys.argv[1]} already has"
+          f" (--replace-installed installs them): {' '.join(skipped)}", file=sys.stderr)
+PY
+); } 3>&1
+      mapfile -t whl < <([[ -n "$keep" ]] && printf '%s\n' "$keep")
     fi
     if [[ ${#whl[@]} -gt 0 ]]; then
       "$py3" -m pip install -q --no-deps --no-index "${whl[@]}"

@@ -93,15 +93,18 @@ class Context:
         """Each gate test id's largest GPU memory peak in the earlier gate runs among this stage's inputs
         (``MEMORY_PEAK_SOURCES``): what sizes the run of the tests that ran out of memory beside other workers
         (``kgate.testrun.runner.recovery_fit``)."""
-        return memory_fit.peaks([self.inputs[s]["data"]["run"] for s in MEMORY_PEAK_SOURCES
-                                 if s in self.inputs and self.inputs[s]["data"].get("run")])
+        return memory_fit.peaks([d["run"] for d in self._earlier_gate_runs()])
+
+    def _earlier_gate_runs(self) -> list[dict[str, Any]]:
+        """The records' data of the earlier gate runs among this stage's inputs (``MEMORY_PEAK_SOURCES``)."""
+        return [self.inputs[s]["data"] for s in MEMORY_PEAK_SOURCES
+                if s in self.inputs and self.inputs[s]["data"].get("run")]
 
     def shared_cleanly_at(self) -> int | None:
         """The fewest workers among the earlier gate runs (``MEMORY_PEAK_SOURCES``) when none of them reran a
         test for sharing the GPU (no test decided alone, no fitted rerun), else None (also with no such run, or
         one whose worker count was not recorded)."""
-        found = [self.inputs[s]["data"] for s in MEMORY_PEAK_SOURCES
-                 if s in self.inputs and self.inputs[s]["data"].get("run")]
+        found = self._earlier_gate_runs()
         if not found or any(d["run"].get("alone") or d["run"].get("fitted") is not None for d in found):
             return None
         counts = [(d.get("workers") or {}).get("workers") for d in found]

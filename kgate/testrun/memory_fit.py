@@ -71,11 +71,6 @@ def peaks(runs: Iterable[dict[str, Any]]) -> dict[str, int]:
     return out
 
 
-def _at_once(tests: list[tuple[str, int]], overhead_bytes: int) -> int:
-    """The worst case of ``tests`` running at once, one per worker: their peaks plus one overhead each."""
-    return sum(b for _, b in tests) + len(tests) * overhead_bytes
-
-
 def fit(test_peaks: dict[str, int], free_bytes: int, *, most: int | None = None,
         overhead_bytes: int = PROCESS_OVERHEAD_BYTES, headroom: float = HEADROOM) -> Fit | None:
     """The largest worker count, at most ``most``, whose W largest peaks, with each worker's overhead, fit
@@ -87,8 +82,11 @@ def fit(test_peaks: dict[str, int], free_bytes: int, *, most: int | None = None,
         raise ValueError(f"memory fit: free {free_bytes}, overhead {overhead_bytes}, headroom {headroom}")
     budget = int(free_bytes * headroom)
     ordered = sorted(test_peaks.items(), key=lambda kv: (-kv[1], kv[0]))
-    w = 0
-    while w < len(ordered) and (most is None or w < most) and _at_once(ordered[:w + 1], overhead_bytes) <= budget:
+    used, w = 0, 0
+    for _, b in ordered:
+        if (most is not None and w >= most) or used + b + overhead_bytes > budget:
+            break
+        used += b + overhead_bytes
         w += 1
     return Fit(workers=max(1, w), free_bytes=free_bytes, budget_bytes=budget, overhead_bytes=overhead_bytes,
                tests_measured=len(test_peaks), deciding=tuple(ordered[:w + 1]))
@@ -105,5 +103,5 @@ def beside(test_peaks: dict[str, int], free_bytes: int, workers: int, *,
     if free_bytes < 0 or overhead_bytes < 0 or not 0 < headroom <= 1 or workers < 1:
         raise ValueError(f"memory beside: free {free_bytes}, overhead {overhead_bytes}, headroom {headroom}, "
                          f"workers {workers}")
-    ordered = sorted(test_peaks.items(), key=lambda kv: (-kv[1], kv[0]))
-    return max(0, int(free_bytes * headroom) - _at_once(ordered[:workers], overhead_bytes) - overhead_bytes)
+    largest = sorted(test_peaks.values(), reverse=True)[:workers]
+    return max(0, int(free_bytes * headroom) - sum(largest) - (len(largest) + 1) * overhead_bytes)
